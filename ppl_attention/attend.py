@@ -1,0 +1,151 @@
+"""``attend``: the one primitive that writes an attention alignment as a named Pyro sample site."""
+
+from __future__ import annotations
+
+import pyro
+import torch
+
+from .families import Family, make_family, masked_softmax
+
+__all__ = ["attend", "broadcast_source_mask"]
+
+
+def _shape(t) -> list[int]:
+    return list(t.shape)
+
+
+def broadcast_source_mask(mask, scores: torch.Tensor, arg: str = "mask") -> torch.Tensor:
+    """Return ``mask`` as a bool tensor of ``scores``' shape ``[..., T, S]``.
+
+    ``mask`` may have scores' rank (``[..., T or 1, S]``) or one less (``[..., S]``: one source
+    mask shared by all T queries, the usual padding mask ``[batch, S]``). Raises ``ValueError``
+    when it does not broadcast, or when some query would have no position left to attend to.
+    """
+    if mask is None:
+        return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    mask = torch.as_tensor(mask, device=scores.device)
+    if mask.dtype != torch.bool:
+        if not ((mask == 0) | (mask == 1)).all():
+            raise ValueError(f"{arg} must be boolean or 0/1, got values other than 0 and 1")
+        mask = mask.bool()
+    given = _shape(mask)
+    if mask.dim() == scores.dim() - 1:
+        mask = mask.unsqueeze(-2)
+    try:
+        mask = mask.expand(scores.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{arg} of shape {given} does not broadcast to scores {_shape(scores)} "
+            f"(expected [..., S] or [..., T, S] with S={scores.shape[-1]})"
+        ) from None
+    empty = ~mask.any(-1)
+    if empty.any():
+        first = [int(i) for i in empty.nonzero()[0]]
+        raise ValueError(
+            f"{arg} hides every source position for {int(empty.sum())} querie(s) "
+            f"(first at index {first} of scores {_shape(scores)}); every query needs at least "
+            f"one unmasked position"
+        )
+    return mask
+
+
+def _check_inputs(scores, values) -> None:
+    if not isinstance(scores, torch.Tensor) or not isinstance(values, torch.Tensor):
+        raise ValueError(
+            f"scores and values must be torch tensors, got {type(scores).__name__} and "
+            f"{type(values).__name__}"
+        )
+    if scores.dim() < 2:
+        raise ValueError(f"scores must be [..., T, S], got shape {_shape(scores)}")
+    if values.dim() < 2:
+        raise ValueError(f"values must be [..., S, dv], got shape {_shape(values)}")
+    if scores.shape[-1] != values.shape[-2]:
+        raise ValueError(
+            f"scores and values disagree on the source length S: scores {_shape(scores)} has "
+            f"S={scores.shape[-1]}, values {_shape(values)} has S={values.shape[-2]}"
+        )
+    bad = ~torch.isfinite(scores)
+    if bad.any():
+        n_nan = int(torch.isnan(scores).sum())
+        raise ValueError(
+            f"scores must be finite: {n_nan} NaN and {int(bad.sum()) - n_nan} ±inf entries in "
+            f"scores {_shape(scores)} (exclude positions with mask=, not with -inf)"
+        )
+
+
+def attend(
+    name: str,
+    scores: torch.Tensor,
+    values: torch.Tensor,
+    family: Family | str | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    guide: bool = False,
+    keys: torch.Tensor | None = None,
+    target_mask: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    infer: dict | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attend with a latent alignment written as the Pyro sample site ``name``.
+
+    Args:
+        name: the site name (unique in the trace, e.g. ``"align"`` inside a target plate or
+            ``f"align_{t}"`` in a loop).
+        scores: alignment logits ``[..., T, S]`` — in a model from the prior network, in a guide
+            from the inference network.
+        values: ``[..., S, dv]``, what the context averages or selects.
+        family: a :class:`~ppl_attention.families.Family` (or its registry name); default Soft.
+        mask: bool ``[..., S]`` or ``[..., T, S]``, False on padded source positions; those get
+            exactly zero weight in every family.
+        guide: False in a model (sample the family's prior p(z | x, y<t)); True in a guide
+            (sample its posterior q(z | ·) from the guide's own ``scores``).
+        keys: ``[..., S, dk]`` for the BAM contextual prior; defaults to ``values``.
+        target_mask: bool ``[..., T]``, False on padded target positions: their log-probability
+            is masked out (``dist.mask``), so they add nothing to the loss.
+        scale: posterior standard deviation ``[..., T, dv]`` for ``GaussianContext`` guides.
+        infer: Pyro's ``infer`` dict for the site, e.g. ``{"enumerate": "parallel"}``.
+
+    Returns:
+        ``(context, weights)``: context ``[..., T, dv]`` (with enumeration dims on the left when
+        the site is enumerated) and the weights the family defines — the soft weights
+        ``[..., T, S]``, the sampled simplex point, or for ``Categorical`` the index z ``[..., T]``.
+
+    The caller declares the plates: the distribution at the site has batch shape ``[..., T]``
+    (``scores.shape[:-1]``), so enclose the call in plates for batch and target positions
+    (e.g. ``pyro.plate("batch", B, dim=-2)`` and ``pyro.plate("target", T, dim=-1)``), which
+    parallel enumeration and ``infer_discrete`` need.
+    """
+    family = make_family(family)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    _check_inputs(scores, values)
+    mask = broadcast_source_mask(mask, scores)
+    if keys is None:
+        keys = values
+    elif keys.shape[-2] != scores.shape[-1]:
+        raise ValueError(
+            f"keys {_shape(keys)} and scores {_shape(scores)} disagree on the source length S"
+        )
+    if guide:
+        fn = family.posterior(scores, mask, values=values, scale=scale)
+    else:
+        fn = family.prior(scores, mask, keys=keys, values=values)
+
+    if fn is None:
+        weights = masked_softmax(scores, mask)
+        if not guide:
+            pyro.deterministic(name, weights, event_dim=1)
+        return weights @ values, weights
+
+    if target_mask is not None:
+        target_mask = torch.as_tensor(target_mask, device=scores.device).bool()
+        try:
+            target_mask.expand(fn.batch_shape)
+        except RuntimeError:
+            raise ValueError(
+                f"target_mask of shape {_shape(target_mask)} does not broadcast to the site's "
+                f"batch shape {list(fn.batch_shape)} (scores {_shape(scores)} without S)"
+            ) from None
+        fn = fn.mask(target_mask)
+    value = pyro.sample(name, fn, infer=dict(infer) if infer else {})
+    return family.context(value, values), family.weights(value, scores, mask)

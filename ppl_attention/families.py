@@ -1,0 +1,366 @@
+"""Alignment families: what is random when a model attends, its prior, its posterior, and how a
+draw becomes a context vector (DESIGN.md §3; the "four questions" of seed 001).
+
+Shapes throughout: ``scores [..., T, S]`` (logits of query t over source position s),
+``values [..., S, dv]``, ``mask [..., T, S]`` bool (True = a real source position; already
+broadcast by :func:`ppl_attention.attend`), ``keys [..., S, dk]``.
+
+=====================  ==========================  ==========================================
+family                 site value                  weights returned by ``attend``
+=====================  ==========================  ==========================================
+``Soft``               none (deterministic)        softmax(scores)
+``Categorical``        index z ∈ [0, S), ``[..., T]``  the index z
+``RelaxedCategorical`` simplex point ``[..., T, S]``   the point
+``Dirichlet``          simplex point ``[..., T, S]``   the point
+``Weibull``            unnormalized S ≥ 0          S / Σ S (Fan et al. 2020, eq. 5)
+``LogNormal``          unnormalized S ≥ 0          S / Σ S
+``GaussianContext``    context c ``[..., T, dv]``   softmax(scores) of the mean
+=====================  ==========================  ==========================================
+
+A masked source position has weight exactly 0 in every family.
+
+Families with parameters (the contextual prior network of ``Weibull``/``LogNormal``) are
+``nn.Module`` s: make them a submodule of a model registered with ``pyro.module``, or register
+them yourself (``pyro.module("prior", family)``), or their parameters will not train.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
+from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
+
+__all__ = [
+    "Family",
+    "Soft",
+    "Categorical",
+    "RelaxedCategorical",
+    "Dirichlet",
+    "Weibull",
+    "LogNormal",
+    "GaussianContext",
+    "FAMILIES",
+    "make_family",
+    "masked_softmax",
+]
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last dim with exactly 0 where ``mask`` is False."""
+    if mask is None:
+        return scores.softmax(-1)
+    return torch.where(mask, scores, torch.full_like(scores, -torch.inf)).softmax(-1)
+
+
+def _positive(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _normalize(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    s = s * mask
+    return s / s.sum(-1, keepdim=True).clamp(min=torch.finfo(s.dtype).tiny)
+
+
+class Family(nn.Module):
+    """Base contract. Subclasses set the class attributes and implement the four methods.
+
+    ``prior(scores, mask, keys, values)`` → the distribution p(z | ·) sampled in a model (None:
+    deterministic). ``posterior(scores, mask, values, scale)`` → q(z | ·) sampled in a guide, from
+    the guide's own scores. ``weights(z, scores, mask)`` and ``context(z, values)`` turn a draw
+    into the returned attention weights and the context vector ``[..., T, dv]``.
+    """
+
+    name: str = ""
+    reparameterized: bool = False
+    enumerable: bool = False
+
+    def prior(self, scores, mask, keys, values):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def posterior(self, scores, mask, values, scale=None):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def weights(self, value, scores, mask):
+        return value
+
+    def context(self, value, values):
+        """Σ_s w_s v_s: ``[..., T, S] @ [..., S, dv]`` → ``[..., T, dv]``."""
+        return value @ values
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self._config().items())
+
+    def _config(self) -> dict:
+        return {}
+
+
+class Soft(Family):
+    """Deterministic soft attention: w = softmax(scores), c = Σ_s w_s v_s. Recorded with
+    ``pyro.deterministic`` in a model; no latent variable."""
+
+    name = "soft"
+
+    def prior(self, scores, mask, keys, values):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
+class Categorical(Family):
+    """Hard alignment z_t ∈ {0..S−1}: p(z_t = s) = softmax(scores_t)_s (Deng et al. 2018, §3).
+
+    The context is ``one_hot(z) @ values`` so that, under parallel enumeration, the enumerated
+    dimension (left of all plates) broadcasts: z of shape ``[S, 1, ..., 1]`` gives a context of
+    shape ``[S, ..., 1, dv]``. The returned weights are the index z itself.
+    """
+
+    name = "categorical"
+    enumerable = True
+
+    def prior(self, scores, mask, keys, values):
+        return dist.Categorical(probs=masked_softmax(scores, mask))
+
+    def posterior(self, scores, mask, values, scale=None):
+        return dist.Categorical(probs=masked_softmax(scores, mask))
+
+    def context(self, value, values):
+        one_hot = F.one_hot(value, values.shape[-2]).to(values.dtype)
+        return one_hot @ values
+
+
+class RelaxedCategorical(Family):
+    """Concrete relaxation of the categorical alignment with temperature τ (Jang et al. 2017;
+    Maddison et al. 2017). Prior Concrete(τ, scores), posterior Concrete(τ, guide scores)."""
+
+    name = "relaxed-categorical"
+    reparameterized = True
+
+    def __init__(self, temperature: float = 0.5):
+        super().__init__()
+        self.temperature = _positive("temperature", temperature)
+
+    def _config(self):
+        return {"temperature": self.temperature}
+
+    def prior(self, scores, mask, keys, values):
+        return MaskedRelaxedCategorical(self.temperature, scores, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return MaskedRelaxedCategorical(self.temperature, scores, mask)
+
+
+class Dirichlet(Family):
+    """Dirichlet alignment (Deng et al. 2018, "relaxed attention").
+
+    Prior: Dirichlet(α₀ · softmax(scores) + ε) — mean the soft attention, total concentration α₀.
+    Posterior: Dirichlet(softplus(guide scores) + ε): the inference network sets each
+    concentration freely, so it can express both where and how sure.
+    """
+
+    name = "dirichlet"
+    reparameterized = True
+
+    def __init__(self, concentration: float = 1.0, eps: float = 1e-3):
+        super().__init__()
+        self.concentration = _positive("concentration", concentration)
+        self.eps = _positive("eps", eps)
+
+    def _config(self):
+        return {"concentration": self.concentration, "eps": self.eps}
+
+    def prior(self, scores, mask, keys, values):
+        alpha = self.concentration * masked_softmax(scores, mask) + self.eps
+        return MaskedDirichlet(alpha, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return MaskedDirichlet(F.softplus(scores) + self.eps, mask)
+
+
+class _BayesianAttention(Family):
+    """Shared by the BAM families: a key-dependent contextual prior (Fan et al. 2020, §3.3).
+
+    ``prior="contextual"``: prior mean weights m = softmax_keys(f(k)) with f a key MLP
+    ``dk → d_mid → 1``, shared by every query. ``prior="constant"``: m = uniform over the
+    unmasked keys (f ≡ 0). ``key_dim`` may be left None; the MLP is then built on first use.
+    """
+
+    reparameterized = True
+
+    def __init__(self, prior: str = "contextual", d_mid: int = 10, key_dim: int | None = None):
+        super().__init__()
+        if prior not in ("contextual", "constant"):
+            raise ValueError(f"prior must be 'contextual' or 'constant', got {prior!r}")
+        if not isinstance(d_mid, int) or d_mid < 1:
+            raise ValueError(f"d_mid must be a positive int, got {d_mid!r}")
+        self.prior_kind, self.d_mid = prior, d_mid
+        self.prior_net: nn.Module | None = None
+        if prior == "contextual" and key_dim is not None:
+            self._build_prior_net(key_dim)
+
+    def _build_prior_net(self, key_dim: int) -> None:
+        self.prior_net = nn.Sequential(
+            nn.Linear(key_dim, self.d_mid), nn.ReLU(), nn.Linear(self.d_mid, 1)
+        )
+
+    def prior_mean(self, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Prior mean weights ``[..., 1, S]`` (broadcast over queries), 0 where masked."""
+        if self.prior_kind == "constant":
+            key_scores = torch.zeros(keys.shape[:-1], dtype=keys.dtype, device=keys.device)
+        else:
+            if self.prior_net is None:
+                self._build_prior_net(keys.shape[-1])
+            key_scores = self.prior_net(keys).squeeze(-1)
+        return masked_softmax(key_scores.unsqueeze(-2), mask)
+
+    def weights(self, value, scores, mask):
+        return _normalize(value, mask)
+
+
+class Weibull(_BayesianAttention):
+    """BAM-W: unnormalized weights S_ts ~ Weibull(k, λ_ts), attention S / Σ_s S (Fan et al. 2020).
+
+    Posterior: λ = softmax(scores) / Γ(1 + 1/k), so E[S] = softmax(scores) and, as k → ∞,
+    the weights → softmax(scores). Prior: Gamma(α = β · m, rate β) with m the contextual prior
+    mean (see :class:`_BayesianAttention`), so E_prior[S] = m. KL(Weibull ‖ Gamma) is analytic
+    (:mod:`ppl_attention.kl`). In a model (no guide scores) the site is drawn from the prior.
+    """
+
+    name = "weibull"
+
+    def __init__(self, k: float = 10.0, beta: float = 1.0, prior: str = "contextual",
+                 d_mid: int = 10, key_dim: int | None = None):
+        k, beta = _positive("k", k), _positive("beta", beta)
+        super().__init__(prior, d_mid, key_dim)
+        self.k, self.beta = k, beta
+
+    def _config(self):
+        return {"k": self.k, "beta": self.beta, "prior": self.prior_kind, "d_mid": self.d_mid}
+
+    def prior(self, scores, mask, keys, values):
+        m = self.prior_mean(keys, mask).expand(scores.shape)
+        alpha = torch.where(mask, self.beta * m, torch.ones_like(m)).clamp(min=1e-6)
+        rate = torch.full_like(alpha, self.beta)
+        return dist.Gamma(alpha, rate).mask(mask).to_event(1)
+
+    def posterior(self, scores, mask, values, scale=None):
+        p = masked_softmax(scores, mask)
+        lam = torch.where(mask, p, torch.ones_like(p)).clamp(min=1e-30)
+        lam = lam / math.exp(math.lgamma(1 + 1 / self.k))
+        return dist.Weibull(lam, torch.full_like(lam, self.k)).mask(mask).to_event(1)
+
+
+class LogNormal(_BayesianAttention):
+    """BAM-L: S_ts ~ LogNormal(μ_ts, σ), attention S / Σ_s S (Fan et al. 2020).
+
+    Posterior: μ = log softmax(scores) − σ²/2, so E[S] = softmax(scores); as σ → 0 the weights
+    → softmax(scores). Prior: LogNormal(log m − σ_p²/2, σ_p) with m the contextual prior mean.
+    KL(LogNormal ‖ LogNormal) is analytic.
+    """
+
+    name = "lognormal"
+
+    def __init__(self, sigma: float = 0.5, prior_sigma: float = 1.0, prior: str = "contextual",
+                 d_mid: int = 10, key_dim: int | None = None):
+        sigma, prior_sigma = _positive("sigma", sigma), _positive("prior_sigma", prior_sigma)
+        super().__init__(prior, d_mid, key_dim)
+        self.sigma, self.prior_sigma = sigma, prior_sigma
+
+    def _config(self):
+        return {"sigma": self.sigma, "prior_sigma": self.prior_sigma, "prior": self.prior_kind,
+                "d_mid": self.d_mid}
+
+    @staticmethod
+    def _lognormal(mean_weights, mask, sigma):
+        log_m = torch.where(mask, torch.log(mean_weights.clamp(min=1e-30)),
+                            torch.zeros_like(mean_weights))
+        loc = log_m - sigma**2 / 2
+        return dist.LogNormal(loc, torch.full_like(loc, sigma)).mask(mask).to_event(1)
+
+    def prior(self, scores, mask, keys, values):
+        m = self.prior_mean(keys, mask).expand(scores.shape)
+        return self._lognormal(m, mask, self.prior_sigma)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return self._lognormal(masked_softmax(scores, mask), mask, self.sigma)
+
+
+class GaussianContext(Family):
+    """Variational attention of Bahuleyan et al. (2018): the context vector c_t itself is latent.
+
+    Prior: N(μ₀, prior_scale² I) with μ₀ = 0 (``prior="zero"``), the masked mean of the values
+    (``"values-mean"``, Bahuleyan's better variant) or the soft context of the prior scores
+    (``"soft"``). Posterior: N(Σ_s softmax(q-scores)_s v_s, diag σ²) with σ the ``scale`` passed
+    to ``attend`` (e.g. from the inference network) or ``posterior_scale``. The site value is c;
+    the returned weights are the soft weights behind the mean.
+    """
+
+    name = "gaussian-context"
+    reparameterized = True
+
+    def __init__(self, prior: str = "values-mean", prior_scale: float = 1.0,
+                 posterior_scale: float = 0.1):
+        super().__init__()
+        if prior not in ("zero", "values-mean", "soft"):
+            raise ValueError(f"prior must be 'zero', 'values-mean' or 'soft', got {prior!r}")
+        self.prior_kind = prior
+        self.prior_scale = _positive("prior_scale", prior_scale)
+        self.posterior_scale = _positive("posterior_scale", posterior_scale)
+
+    def _config(self):
+        return {"prior": self.prior_kind, "prior_scale": self.prior_scale,
+                "posterior_scale": self.posterior_scale}
+
+    def prior(self, scores, mask, keys, values):
+        shape = scores.shape[:-1] + values.shape[-1:]
+        if self.prior_kind == "zero":
+            loc = values.new_zeros(shape)
+        elif self.prior_kind == "values-mean":
+            uniform = masked_softmax(torch.zeros_like(scores), mask)
+            loc = (uniform @ values).expand(shape)
+        else:
+            loc = masked_softmax(scores, mask) @ values
+        return dist.Normal(loc, torch.full_like(loc, self.prior_scale)).to_event(1)
+
+    def posterior(self, scores, mask, values, scale=None):
+        loc = masked_softmax(scores, mask) @ values
+        if scale is None:
+            scale = torch.full_like(loc, self.posterior_scale)
+        return dist.Normal(loc, scale.expand(loc.shape)).to_event(1)
+
+    def weights(self, value, scores, mask):
+        return masked_softmax(scores, mask)
+
+    def context(self, value, values):
+        return value
+
+
+FAMILIES: dict[str, type[Family]] = {
+    cls.name: cls
+    for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull, LogNormal,
+                GaussianContext)
+}
+
+
+def make_family(family) -> Family:
+    """A :class:`Family` from an instance, a class or a registry name (``"categorical"``...)."""
+    if isinstance(family, Family):
+        return family
+    if family is None:
+        return Soft()
+    if isinstance(family, type) and issubclass(family, Family):
+        return family()
+    if isinstance(family, str) and family in FAMILIES:
+        return FAMILIES[family]()
+    raise ValueError(
+        f"unknown family {family!r}; valid: a ppl_attention Family instance or one of "
+        f"{', '.join(FAMILIES)}"
+    )

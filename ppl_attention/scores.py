@@ -1,0 +1,153 @@
+"""Alignment scores: queries ``[..., T, dq]`` and keys ``[..., S, dk]`` → logits ``[..., T, S]``.
+
+Every module here is a plain ``torch.nn.Module``; the families in :mod:`ppl_attention.families`
+turn the logits into a distribution over where to attend.
+
+=============  ==========================================  ==============================
+name           score e(q_t, k_s)                           reference
+=============  ==========================================  ==============================
+``additive``   vᵀ tanh(W q_t + U k_s + b)                  Bahdanau et al. 2015, eq. (6)
+``bilinear``   q_tᵀ W k_s                                  Luong et al. 2015 ("general")
+``dot``        q_tᵀ k_s                                    Luong et al. 2015 ("dot")
+``scaled-dot`` q_tᵀ k_s / √d                               Vaswani et al. 2017, eq. (1)
+``multi-head`` H heads of scaled dot on projections        Vaswani et al. 2017, §3.2.2
+=============  ==========================================  ==============================
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = [
+    "AdditiveScore",
+    "BilinearScore",
+    "DotScore",
+    "ScaledDotScore",
+    "MultiHeadScore",
+    "SCORES",
+    "make_score",
+]
+
+
+def _check_qk(queries: torch.Tensor, keys: torch.Tensor, dq: int | None, dk: int | None) -> None:
+    if queries.dim() < 2 or keys.dim() < 2:
+        raise ValueError(
+            f"queries and keys need at least 2 dims ([..., T, dq] and [..., S, dk]); "
+            f"got queries {list(queries.shape)} and keys {list(keys.shape)}"
+        )
+    if dq is not None and queries.shape[-1] != dq:
+        raise ValueError(f"queries: last dim should be {dq}, got shape {list(queries.shape)}")
+    if dk is not None and keys.shape[-1] != dk:
+        raise ValueError(f"keys: last dim should be {dk}, got shape {list(keys.shape)}")
+
+
+class AdditiveScore(nn.Module):
+    """Bahdanau's additive score ``e_ts = vᵀ tanh(W q_t + U k_s + b)``.
+
+    Shapes: queries ``[..., T, dq]``, keys ``[..., S, dk]`` → scores ``[..., T, S]``.
+    Memory is O(T·S·hidden) for the broadcast sum.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, hidden: int | None = None):
+        super().__init__()
+        hidden = hidden or max(query_dim, key_dim)
+        self.query_dim, self.key_dim = query_dim, key_dim
+        self.W = nn.Linear(query_dim, hidden, bias=True)
+        self.U = nn.Linear(key_dim, hidden, bias=False)
+        self.v = nn.Linear(hidden, 1, bias=False)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        wq = self.W(queries).unsqueeze(-2)  # [..., T, 1, h]
+        uk = self.U(keys).unsqueeze(-3)  # [..., 1, S, h]
+        return self.v(torch.tanh(wq + uk)).squeeze(-1)
+
+
+class BilinearScore(nn.Module):
+    """Luong's "general" score ``e_ts = q_tᵀ W k_s``.
+
+    Shapes: queries ``[..., T, dq]``, keys ``[..., S, dk]`` → scores ``[..., T, S]``.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int):
+        super().__init__()
+        self.query_dim, self.key_dim = query_dim, key_dim
+        self.W = nn.Linear(key_dim, query_dim, bias=False)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        return queries @ self.W(keys).transpose(-1, -2)
+
+
+class DotScore(nn.Module):
+    """Luong's dot score ``e_ts = q_tᵀ k_s`` (needs ``dq == dk``; no parameters)."""
+
+    def __init__(self, query_dim: int | None = None, key_dim: int | None = None):
+        super().__init__()
+        if query_dim is not None and key_dim is not None and query_dim != key_dim:
+            raise ValueError(f"dot score needs query_dim == key_dim, got {query_dim} and {key_dim}")
+        self.query_dim, self.key_dim = query_dim, key_dim
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        if queries.shape[-1] != keys.shape[-1]:
+            raise ValueError(
+                f"dot score needs equal query and key sizes: queries {list(queries.shape)}, "
+                f"keys {list(keys.shape)}"
+            )
+        return queries @ keys.transpose(-1, -2)
+
+
+class ScaledDotScore(DotScore):
+    """Scaled dot-product score ``e_ts = q_tᵀ k_s / √d`` (Vaswani et al. 2017, eq. 1)."""
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return super().forward(queries, keys) / math.sqrt(queries.shape[-1])
+
+
+class MultiHeadScore(nn.Module):
+    """H heads of scaled dot product on learned projections.
+
+    ``e^h_ts = (W^h_q q_t)ᵀ (W^h_k k_s) / √d_h`` with ``d_h = model_dim / heads``.
+    Shapes: queries ``[..., T, dq]``, keys ``[..., S, dk]`` → scores ``[..., H, T, S]``.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 4, model_dim: int | None = None):
+        super().__init__()
+        model_dim = model_dim or query_dim
+        if heads < 1 or model_dim % heads:
+            raise ValueError(f"model_dim={model_dim} must be a positive multiple of heads={heads}")
+        self.query_dim, self.key_dim, self.heads = query_dim, key_dim, heads
+        self.head_dim = model_dim // heads
+        self.Wq = nn.Linear(query_dim, model_dim, bias=False)
+        self.Wk = nn.Linear(key_dim, model_dim, bias=False)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(*x.shape[:-1], self.heads, self.head_dim)
+        return x.movedim(-2, -3)  # [..., H, L, d_h]
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        q, k = self._split(self.Wq(queries)), self._split(self.Wk(keys))
+        return q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+
+
+SCORES = {
+    "additive": AdditiveScore,
+    "bilinear": BilinearScore,
+    "dot": DotScore,
+    "scaled-dot": ScaledDotScore,
+    "multi-head": MultiHeadScore,
+}
+
+
+def make_score(name: str, query_dim: int, key_dim: int, **kwargs) -> nn.Module:
+    """Build a score module by its registry name (``additive``, ``bilinear``, ``dot``, ...)."""
+    try:
+        cls = SCORES[name]
+    except KeyError:
+        raise ValueError(f"unknown score {name!r}; valid: {', '.join(SCORES)}") from None
+    return cls(query_dim, key_dim, **kwargs)
