@@ -11,6 +11,7 @@ import math
 
 import pyro
 import torch
+from pyro.distributions import constraints
 from pyro.infer import SVI
 from pyro.optim import Adam
 
@@ -34,7 +35,7 @@ def make_data(seed: int = 0):
 
 def guide_scores(values: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """q-scores [N, T, S] = −a · ‖y_t − v_s‖² + b_{t,s}: an amortized inference network."""
-    a = pyro.param("q_sharpness", torch.tensor(1.0), constraint=pyro.distributions.constraints.positive)
+    a = pyro.param("q_sharpness", torch.tensor(1.0), constraint=constraints.positive)
     b = pyro.param("q_bias", torch.zeros(T, S))
     return -a * ((y.unsqueeze(-2) - values) ** 2).sum(-1) + b
 

@@ -1,4 +1,5 @@
-"""BAM-L (Fan et al. 2020): normalized Lognormal attention weights with a key-dependent contextual prior.
+"""BAM-L (Fan et al. 2020): normalized Lognormal attention weights,
+with a key-dependent contextual prior.
 
 As in BAM, q(S | x) uses the queries' scores (here the learned table) and not y, so it is usable
 at test time; the prior p(S | keys) is a small key MLP shared by every query. TraceMeanField_ELBO

@@ -1,4 +1,5 @@
-"""BAM-W (Fan et al. 2020): normalized Weibull attention weights with a key-dependent contextual prior.
+"""BAM-W (Fan et al. 2020): normalized Weibull attention weights,
+with a key-dependent contextual prior.
 
 As in BAM, q(S | x) uses the queries' scores (here the learned table) and not y, so it is usable
 at test time; the prior p(S | keys) is a small key MLP shared by every query. TraceMeanField_ELBO
