@@ -1,0 +1,57 @@
+"""UTF-8 TSV corpora: one pair a line, ``source tokens<TAB>target tokens``, tokens split by spaces."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+Pair = tuple[list[str], list[str]]
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file, the line and what was wrong."""
+
+
+def read_tsv(path: str | os.PathLike) -> list[Pair]:
+    """Read ``source<TAB>target`` lines; blank lines are errors, so line numbers stay aligned with
+    a Pharaoh file. Raises :class:`DataError` naming file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such corpus file")
+    pairs: list[Pair] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            what = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
+            raise DataError(f"{path}:{n}: expected 'source<TAB>target', found {what}: {line!r}")
+        src, tgt = fields[0].split(), fields[1].split()
+        if not src:
+            raise DataError(f"{path}:{n}: empty source side")
+        if not tgt:
+            raise DataError(f"{path}:{n}: empty target side")
+        pairs.append((src, tgt))
+    if not pairs:
+        raise DataError(f"{path}: no sentence pairs")
+    return pairs
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write via a temporary file in the same folder and rename, so a reader never sees half."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_tsv(path: str | os.PathLike, pairs: list[Pair]) -> None:
+    atomic_write_text(path, "".join(f"{' '.join(s)}\t{' '.join(t)}\n" for s, t in pairs))

@@ -1,0 +1,54 @@
+"""Pharaoh alignments as fast_align / eflomal / awesome-align write them: one line per pair,
+``i-j`` pairs (0-based source index i, target index j) separated by spaces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .corpus import DataError, Pair, atomic_write_text
+
+Links = set[tuple[int, int]]
+
+
+def parse_pharaoh_line(line: str, where: str) -> Links:
+    links: Links = set()
+    for item in line.split():
+        parts = item.split("-")
+        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+            raise DataError(f"{where}: malformed alignment pair {item!r} (expected i-j)")
+        links.add((int(parts[0]), int(parts[1])))
+    return links
+
+
+def read_pharaoh(path: str | os.PathLike, pairs: list[Pair] | None = None) -> list[Links]:
+    """Read alignments; with ``pairs`` check the line count and that every index is in range."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such alignment file")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if pairs is not None and len(lines) != len(pairs):
+        raise DataError(
+            f"{path}: {len(lines)} alignment lines but the corpus has {len(pairs)} pairs"
+        )
+    out = []
+    for n, line in enumerate(lines, 1):
+        links = parse_pharaoh_line(line, f"{path}:{n}")
+        if pairs is not None:
+            S, T = len(pairs[n - 1][0]), len(pairs[n - 1][1])
+            for i, j in sorted(links):
+                if i >= S or j >= T:
+                    raise DataError(
+                        f"{path}:{n}: pair {i}-{j} out of range (source length {S}, "
+                        f"target length {T})"
+                    )
+        out.append(links)
+    return out
+
+
+def format_pharaoh(links: Links) -> str:
+    return " ".join(f"{i}-{j}" for i, j in sorted(links, key=lambda p: (p[1], p[0])))
+
+
+def write_pharaoh(path: str | os.PathLike, alignments: list[Links]) -> None:
+    atomic_write_text(path, "".join(format_pharaoh(a) + "\n" for a in alignments))

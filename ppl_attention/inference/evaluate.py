@@ -1,0 +1,158 @@
+"""Evaluation: exact NLL/token and perplexity by enumeration for categorical alignments (whatever
+method trained them), exact likelihood for soft attention, an IWAE bound for continuous families,
+ELBO/token, MAP alignments and AER against gold."""
+
+from __future__ import annotations
+
+import math
+
+import pyro
+import torch
+from pyro import poutine
+from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
+
+from ..data.batching import Batch
+from ..metrics import aer
+from .methods import PLATES, get_method
+from .run import Run
+
+
+def _kind(run: Run) -> str:
+    return run.model.family.name  # "soft", "categorical", or a continuous family
+
+
+def token_log_likelihood(run: Run, batch: Batch) -> torch.Tensor:
+    """Exact log p(y_t | x, y<t) ``[B, T]`` for soft and categorical models."""
+    if _kind(run) == "soft":
+        return run.model.soft_token_log_likelihood(batch)
+    return run.model.exact_token_log_likelihood(batch)
+
+
+def _guide_kwargs(run: Run) -> dict:
+    m = get_method(run.method)
+    return dict(posterior=m.posterior if m.posterior != "none" else "inference")
+
+
+def iwae_log_likelihood(run: Run, batch: Batch, k: int = 10) -> torch.Tensor:
+    """log (1/K) Σ_k p(y, z_k | x) / q(z_k | x, y) per pair ``[B]`` (a lower bound on log p)."""
+    model, gk = run.model, _guide_kwargs(run)
+    weights = []
+    for _ in range(k):
+        g = poutine.trace(model.guide).get_trace(batch, **gk)
+        mt = poutine.trace(poutine.replay(model.model, trace=g)).get_trace(batch)
+        g.compute_log_prob()
+        mt.compute_log_prob()
+        lw = sum(site["log_prob"].sum(-1) for site in mt.nodes.values()
+                 if site["type"] == "sample" and "log_prob" in site)
+        lw = lw - sum(site["log_prob"].sum(-1) for site in g.nodes.values()
+                      if site["type"] == "sample" and "log_prob" in site)
+        weights.append(lw)
+    return torch.stack(weights).logsumexp(0) - math.log(k)
+
+
+@torch.no_grad()
+def nll_per_token(run: Run, batches: list[Batch], iwae_k: int = 10) -> float:
+    total, n = 0.0, 0
+    for b in batches:
+        if _kind(run) in ("soft", "categorical"):
+            total -= float(token_log_likelihood(run, b).sum())
+        else:
+            total -= float(iwae_log_likelihood(run, b, iwae_k).sum())
+        n += b.n_tokens
+    return total / n
+
+
+def elbo_per_token(run: Run, batches: list[Batch], samples: int = 5) -> float:
+    """The ELBO of the trained (model, guide) pair with KL weight 1: exact (enumerated) for
+    categorical guides; a mean of ``samples`` estimates otherwise."""
+    m = get_method(run.method)
+    model = run.model
+    kind = _kind(run)
+    if kind == "soft" or m.posterior == "none":
+        return -nll_per_token(run, batches)
+    if kind == "categorical":
+        elbo, reps = TraceEnum_ELBO(max_plate_nesting=PLATES), 1
+        gk = dict(posterior=m.posterior, enumerate_z=True)
+    else:
+        analytic = m.elbo().__class__ is TraceMeanField_ELBO
+        elbo = (TraceMeanField_ELBO if analytic else Trace_ELBO)(max_plate_nesting=PLATES)
+        reps, gk = samples, dict(posterior=m.posterior)
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for b in batches:
+            for _ in range(reps):
+                total -= elbo.loss(model.model, lambda bb: model.guide(bb, **gk), b) / reps
+            n += b.n_tokens
+    return total / n
+
+
+@torch.no_grad()
+def map_alignments(run: Run, batch: Batch, samples: int = 10) -> torch.Tensor:
+    """The alignment of each target token ``[B, T]``: argmax_j p(z_t = j | x, y) (exact) for
+    categorical models, argmax of the attention weights for soft, of q's mean weights otherwise."""
+    model = run.model
+    kind = _kind(run)
+    if kind == "categorical":
+        return model.exact_posterior(batch).argmax(-1)
+    if kind == "soft":
+        H = model.encode(batch.src, batch.src_mask)
+        _, e, _ = model.decode(H, batch.src_mask, batch.tgt_in)
+        return e.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf).argmax(-1)
+    gk = _guide_kwargs(run)
+    total = 0
+    for _ in range(samples):
+        tr = poutine.trace(model.guide).get_trace(batch, **gk)
+        site = tr.nodes["align"]
+        if model.family.name == "gaussian-context":
+            H = model.encode(batch.src, batch.src_mask)
+            scores = (model.inference_scores(batch, H) if gk["posterior"] == "inference"
+                      else model.decode(H, batch.src_mask, batch.tgt_in)[1])
+            return scores.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf).argmax(-1)
+        total = total + model.family.weights(site["value"], None,
+                                             batch.src_mask.unsqueeze(1).expand(
+                                                 site["value"].shape))
+    return total.argmax(-1)
+
+
+def alignment_links(run: Run, batches: list[Batch]) -> dict[int, set[tuple[int, int]]]:
+    """Corpus index → MAP links {(source i, target j)} over real target tokens (not <eos>)."""
+    out = {}
+    for b in batches:
+        a = map_alignments(run, b)
+        lengths = b.tgt_mask.sum(-1) - 1  # drop <eos>
+        for r, idx in enumerate(b.index.tolist()):
+            out[idx] = {(int(a[r, j]), j) for j in range(int(lengths[r]))}
+    return out
+
+
+def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
+             log_likelihood: list[float] | None = None, iwae_k: int = 10,
+             with_elbo: bool = True) -> dict:
+    """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
+    ``elbo_per_token``, ``aer`` (with gold), ``floor_nll_per_token`` (with the generator's
+    log-likelihoods), ``n_pairs``, ``n_tokens``, ``n_unk``, ``method``."""
+    pyro.clear_param_store()
+    run.model.eval()
+    kind = _kind(run)
+    nll = nll_per_token(run, batches, iwae_k)
+    n_tokens = sum(b.n_tokens for b in batches)
+    report = {
+        "method": run.method,
+        "nll_per_token": nll,
+        "ppl": math.exp(nll),
+        "exact": kind in ("soft", "categorical"),
+        "n_pairs": sum(b.size for b in batches),
+        "n_tokens": n_tokens,
+        "n_unk": sum(b.n_unk for b in batches),
+    }
+    if not report["exact"]:
+        report["iwae_k"] = iwae_k
+    if with_elbo:
+        report["elbo_per_token"] = elbo_per_token(run, batches)
+    if gold is not None:
+        links = alignment_links(run, batches)
+        idx = sorted(links)
+        report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
+    if log_likelihood is not None:
+        report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
+    return report

@@ -1,0 +1,81 @@
+"""A run: a trained model with its vocabularies, method and history; saved as a run directory
+(``config.json``, ``checkpoint.pt``, ``metrics.json``, ``learning_curve.png``) that is written
+under a temporary name and renamed when complete, so an interrupted run never looks finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..data.vocab import Vocab
+from ..models.seq2seq import Seq2SeqAlignment
+from .methods import get_method
+
+COMPLETE = "COMPLETE"
+
+
+@dataclass
+class Run:
+    model: Seq2SeqAlignment
+    method: str
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    config: dict = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    step: int = 0
+    optimizer_state: dict | None = None
+    rng_state: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the run directory atomically: a temporary sibling, then one rename."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+        try:
+            (tmp / "config.json").write_text(json.dumps({
+                "method": self.method, "model": self.model.config, "train": self.config,
+                "src_vocab": self.src_vocab.to_list(), "tgt_vocab": self.tgt_vocab.to_list(),
+            }, indent=1))
+            torch.save({"model": self.model.state_dict(), "step": self.step,
+                        "optimizer": self.optimizer_state, "rng": self.rng_state,
+                        "extra": self.extra}, tmp / "checkpoint.pt")
+            (tmp / "metrics.json").write_text(json.dumps({"history": self.history}, indent=1))
+            if self.history:
+                from .plots import plot_learning_curve
+                plot_learning_curve(self.history, tmp / "learning_curve.png", title=self.method)
+            (tmp / COMPLETE).write_text("")
+            if path.exists():
+                old = path.with_name(f".{path.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                path.rename(old)
+                tmp.rename(path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Run:
+        path = Path(path)
+        if not (path / COMPLETE).exists():
+            raise ValueError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
+        cfg = json.loads((path / "config.json").read_text())
+        method = get_method(cfg["method"])
+        mc = cfg["model"]
+        model = Seq2SeqAlignment(family=method.family(mc["hidden"]), **mc)
+        ckpt = torch.load(path / "checkpoint.pt", weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        history = json.loads((path / "metrics.json").read_text())["history"]
+        return cls(model, cfg["method"], Vocab.from_list(cfg["src_vocab"]),
+                   Vocab.from_list(cfg["tgt_vocab"]), cfg["train"], history, ckpt["step"],
+                   ckpt["optimizer"], ckpt["rng"], ckpt.get("extra", {}))

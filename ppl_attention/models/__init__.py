@@ -1,0 +1,5 @@
+"""The Pyro model collection."""
+
+from .seq2seq import Seq2SeqAlignment
+
+__all__ = ["Seq2SeqAlignment"]

@@ -1,0 +1,194 @@
+"""Seq2SeqAlignment: Deng et al. (2018)'s latent-alignment sequence model.
+
+Plate diagram (one alignment per target step; decoder states never depend on z)::
+
+    x ──BiLSTM──► H [B, S, h]                      (values = keys = H)
+    y<t, c̄_{t-1} ──LSTMCell──► h_t                 (input feeding with the *prior's soft* context c̄)
+    e_t = score(h_t, H) (masked)                     prior p(z_t = j | x, y<t) = softmax(e_t)_j
+    for b in plate("batch"), t in plate("target"):
+        z_t ~ family(e_t)                            site "align" via pa.attend
+        y_t ~ softmax(W_o tanh(W_c [h_t; v_{z_t}]))  (Deng et al. eq. 3; v_z = Σ_j w_j H_j for
+                                                      simplex families, c for GaussianContext)
+
+Because h_t does not depend on z, the z_t are conditionally independent given (x, y) and the
+exact marginal costs O(T·S) output distributions:
+    log p(y | x) = Σ_t log Σ_j p(z_t = j | x, y<t) p(y_t | h_t, H_j).
+
+The inference network q(z_t | x, y) is var-attn's: a bidirectional LSTM over the whole target,
+bilinear scores against H (Deng et al. §4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pyro
+import pyro.poutine as poutine
+import torch
+from torch import nn
+
+from ..attend import attend
+from ..families import Categorical, Family, GaussianContext, masked_softmax
+from ..scores import BilinearScore, make_score
+
+__all__ = ["Seq2SeqAlignment"]
+
+SITE = "align"
+
+
+class Seq2SeqAlignment(nn.Module):
+    """Args: vocabulary sizes, ``hidden`` (h), ``embed`` (defaults to h), ``score`` (name in
+    :data:`ppl_attention.scores.SCORES`), ``family`` (the alignment family the model samples)."""
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 256, embed: int | None = None,
+                 score: str = "additive", family: Family | None = None, dropout: float = 0.0):
+        super().__init__()
+        if hidden % 2:
+            raise ValueError(f"hidden must be even (a bidirectional encoder), got {hidden}")
+        embed = embed or hidden
+        self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
+                           score=score, dropout=dropout)
+        self.family = family if family is not None else Categorical()
+        self.src_emb = nn.Embedding(src_vocab, embed)
+        self.tgt_emb = nn.Embedding(tgt_vocab, embed)
+        self.encoder = nn.LSTM(embed, hidden // 2, batch_first=True, bidirectional=True)
+        self.decoder = nn.LSTMCell(embed + hidden, hidden)
+        self.score = make_score(score, hidden, hidden)
+        self.W_ch = nn.Linear(hidden, hidden)
+        self.W_cv = nn.Linear(hidden, hidden, bias=False)
+        self.W_o = nn.Linear(hidden, tgt_vocab)
+        self.dropout = nn.Dropout(dropout)
+        # inference network q(z | x, y)
+        self.q_emb = nn.Embedding(tgt_vocab, embed)
+        self.q_encoder = nn.LSTM(embed, hidden // 2, batch_first=True, bidirectional=True)
+        self.q_score = BilinearScore(hidden, hidden)
+        self.q_scale = nn.Linear(hidden, hidden)
+
+    # --- deterministic network ------------------------------------------------------------
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding)."""
+        lengths = src_mask.sum(-1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(self.dropout(self.src_emb(src)), lengths,
+                                                   batch_first=True, enforce_sorted=False)
+        out, _ = self.encoder(packed)
+        H, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
+        return H
+
+    def decode(self, H: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor):
+        """Decoder states h ``[B, T, h]``, prior scores e ``[B, T, S]``, soft contexts ``[B, T, h]``.
+
+        Input feeding uses the prior's soft context c̄_{t−1} = Σ_j softmax(e_{t−1})_j H_j.
+        """
+        B, T = tgt_in.shape
+        emb = self.dropout(self.tgt_emb(tgt_in))
+        h = H.new_zeros(B, H.shape[-1])
+        c = H.new_zeros(B, H.shape[-1])
+        ctx = H.new_zeros(B, H.shape[-1])
+        hs, es, cs = [], [], []
+        for t in range(T):
+            h, c = self.decoder(torch.cat([emb[:, t], ctx], -1), (h, c))
+            e = self.score(h.unsqueeze(1), H).squeeze(1)
+            ctx = (masked_softmax(e, src_mask).unsqueeze(1) @ H).squeeze(1)
+            hs.append(h)
+            es.append(e)
+            cs.append(ctx)
+        return torch.stack(hs, 1), torch.stack(es, 1), torch.stack(cs, 1)
+
+    def emission_log_prob(self, h: torch.Tensor, v: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """log p(y_t | h_t, v) = log softmax(W_o tanh(W_c [h_t; v]))_{y_t}.
+
+        h ``[B, T, h]``; v ``[..., B, T or 1, h]`` (enumeration dims on the left broadcast);
+        y ``[B, T]`` → ``[..., B, T]``.
+        """
+        logits = self.W_o(torch.tanh(self.W_ch(self.dropout(h)) + self.W_cv(v)))
+        logp = logits.log_softmax(-1)
+        index = y.expand(logp.shape[:-1]).unsqueeze(-1)
+        return logp.gather(-1, index).squeeze(-1)
+
+    def prior_and_emissions(self, batch):
+        """Log prior ``[B, T, S]`` and log p(y_t | h_t, H_j) for every j, ``[B, T, S]``."""
+        H = self.encode(batch.src, batch.src_mask)
+        h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+        mask = batch.src_mask.unsqueeze(1).expand(e.shape)
+        log_prior = torch.where(mask, e, torch.full_like(e, -torch.inf)).log_softmax(-1)
+        emis = self.emission_log_prob(h.unsqueeze(2), H.unsqueeze(1),
+                                      batch.tgt_out.unsqueeze(-1))
+        return log_prior, emis
+
+    def exact_token_log_likelihood(self, batch) -> torch.Tensor:
+        """log p(y_t | x, y<t) = log Σ_j p(z_t = j | ·) p(y_t | ·, z_t = j), ``[B, T]``, 0 on
+        padding: the categorical-alignment model's exact marginal."""
+        log_prior, emis = self.prior_and_emissions(batch)
+        ll = (log_prior + emis).logsumexp(-1)
+        return ll.masked_fill(~batch.tgt_mask, 0.0)
+
+    def exact_posterior(self, batch) -> torch.Tensor:
+        """p(z_t = j | x, y) ``[B, T, S]`` (exact; 0 on masked source positions)."""
+        log_prior, emis = self.prior_and_emissions(batch)
+        return (log_prior + emis).softmax(-1)
+
+    def soft_token_log_likelihood(self, batch) -> torch.Tensor:
+        """log p(y_t | h_t, c̄_t) of the deterministic soft-attention model, ``[B, T]``."""
+        H = self.encode(batch.src, batch.src_mask)
+        h, _, c = self.decode(H, batch.src_mask, batch.tgt_in)
+        return self.emission_log_prob(h, c, batch.tgt_out).masked_fill(~batch.tgt_mask, 0.0)
+
+    def inference_scores(self, batch, H: torch.Tensor) -> torch.Tensor:
+        """q's scores ``[B, T, S]``: BiLSTM over y_1..y_n <eos> (whole target), bilinear with H."""
+        lengths = batch.tgt_mask.sum(-1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(self.q_emb(batch.tgt_out), lengths,
+                                                   batch_first=True, enforce_sorted=False)
+        out, _ = self.q_encoder(packed)
+        G, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
+                                                total_length=batch.tgt_out.shape[1])
+        return self.q_score(G, H)
+
+    # --- probabilistic program ------------------------------------------------------------
+    def _plates(self, batch):
+        B, T = batch.tgt_out.shape
+        return pyro.plate("batch", B, dim=-2), pyro.plate("target", T, dim=-1)
+
+    def model(self, batch, *, enumerate_z: bool = False, kl_scale: float = 1.0):
+        """p(y, z | x). ``enumerate_z``: parallel enumeration of the alignment (method exact)."""
+        pyro.module("seq2seq", self)
+        H = self.encode(batch.src, batch.src_mask)
+        h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+        plate_b, plate_t = self._plates(batch)
+        scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
+        with plate_b, plate_t:
+            with scale:
+                v, _ = attend(SITE, e, H, self.family, mask=batch.src_mask, keys=H,
+                              target_mask=batch.tgt_mask,
+                              infer={"enumerate": "parallel"} if enumerate_z else None)
+            lp = self.emission_log_prob(h, v, batch.tgt_out)
+            pyro.factor("y", lp.masked_fill(~batch.tgt_mask, 0.0))
+
+    def guide(self, batch, *, posterior: str = "inference", enumerate_z: bool = False,
+              kl_scale: float = 1.0, baseline: torch.Tensor | None = None):
+        """q(z | x, y). ``posterior``: ``"inference"`` (the inference network, var-attn),
+        ``"prior"`` (the prior scores: hard attention, and BAM whose q sees keys and queries only)
+        or ``"none"`` (empty guide). ``baseline``: a REINFORCE baseline value ``[B, T]``."""
+        if posterior == "none":
+            return
+        pyro.module("seq2seq", self)
+        H = self.encode(batch.src, batch.src_mask)
+        if posterior == "prior":
+            _, scores, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+        elif posterior == "inference":
+            scores = self.inference_scores(batch, H)
+        else:
+            raise ValueError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
+        scale_arg = None
+        if isinstance(self.family, GaussianContext):
+            mean = masked_softmax(scores, batch.src_mask.unsqueeze(1)) @ H
+            scale_arg = nn.functional.softplus(self.q_scale(mean)) + 1e-4
+        infer = {}
+        if enumerate_z:
+            infer["enumerate"] = "parallel"
+        if baseline is not None:
+            infer["baseline"] = {"baseline_value": baseline}
+        plate_b, plate_t = self._plates(batch)
+        scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
+        with plate_b, plate_t, scale:
+            attend(SITE, scores, H, self.family, mask=batch.src_mask, keys=H, guide=True,
+                   target_mask=batch.tgt_mask, scale=scale_arg, infer=infer or None)
