@@ -1,4 +1,4 @@
-"""UTF-8 TSV corpora: one pair a line, ``source tokens<TAB>target tokens``, tokens split by spaces."""
+"""UTF-8 TSV corpora: one pair a line, ``source tokens<TAB>target tokens``, space-split."""
 
 from __future__ import annotations
 

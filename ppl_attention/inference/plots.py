@@ -11,10 +11,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 def plot_learning_curve(history: list[dict], path, title: str = "") -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     steps = [h["step"] for h in history if "train_loss" in h]
-    ax.plot(steps, [h["train_loss"] for h in history if "train_loss" in h], label="train −ELBO/token")
+    ax.plot(steps, [h["train_loss"] for h in history if "train_loss" in h],
+            label="train −ELBO/token")
     val = [h for h in history if "valid_nll" in h]
     if val:
-        ax.plot([h["step"] for h in val], [h["valid_nll"] for h in val], "o-", label="valid NLL/token")
+        ax.plot([h["step"] for h in val], [h["valid_nll"] for h in val], "o-",
+                label="valid NLL/token")
     ax.set_xlabel("step")
     ax.set_ylabel("nats per token")
     ax.set_title(title)

@@ -65,7 +65,9 @@ class Run:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Run:
+    def load(cls, path: str | os.PathLike, which: str = "best") -> Run:
+        """Load a run directory; ``which="best"`` (for evaluation) takes the best-validation
+        weights where they were kept, ``"last"`` (for resuming) the weights of the last step."""
         path = Path(path)
         if not (path / COMPLETE).exists():
             raise ValueError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
@@ -74,8 +76,11 @@ class Run:
         mc = cfg["model"]
         model = Seq2SeqAlignment(family=method.family(mc["hidden"]), **mc)
         ckpt = torch.load(path / "checkpoint.pt", weights_only=False)
-        model.load_state_dict(ckpt["model"])
+        extra = ckpt.get("extra") or {}
+        best = extra.get("best_model") if which == "best" else None
+        model.load_state_dict(best if best is not None else ckpt["model"])
+        model.eval()
         history = json.loads((path / "metrics.json").read_text())["history"]
         return cls(model, cfg["method"], Vocab.from_list(cfg["src_vocab"]),
                    Vocab.from_list(cfg["tgt_vocab"]), cfg["train"], history, ckpt["step"],
-                   ckpt["optimizer"], ckpt["rng"], ckpt.get("extra", {}))
+                   ckpt["optimizer"], ckpt["rng"], extra)

@@ -75,7 +75,8 @@ class Seq2SeqAlignment(nn.Module):
         return H
 
     def decode(self, H: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor):
-        """Decoder states h ``[B, T, h]``, prior scores e ``[B, T, S]``, soft contexts ``[B, T, h]``.
+        """Decoder states h ``[B, T, h]``, prior scores e ``[B, T, S]``, soft contexts
+        ``[B, T, h]``.
 
         Input feeding uses the prior's soft context c̄_{t−1} = Σ_j softmax(e_{t−1})_j H_j.
         """

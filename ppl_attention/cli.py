@@ -1,0 +1,256 @@
+"""The ``ppl-attention`` command: train | evaluate | align | compare.
+
+Bad input (a malformed TSV or Pharaoh file, an unknown method, a missing run) ends with one
+``error: …`` line naming the file, line and field, and exit status 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from .data import DataError, Vocab, make_batches, make_task, read_pharaoh, read_tsv
+from .data.corpus import atomic_write_text
+from .data.pharaoh import format_pharaoh
+from .data.tasks import Split
+from .inference import METHODS, Run, evaluate, fit, get_method
+from .inference.evaluate import alignment_links
+from .models import Seq2SeqAlignment
+
+
+def _load_split(data_dir: Path, name: str, required: bool = True) -> Split | None:
+    tsv = data_dir / f"{name}.tsv"
+    if not tsv.exists():
+        if required:
+            raise DataError(f"{tsv}: missing (a --data-dir holds train.tsv, valid.tsv, test.tsv)")
+        return None
+    pairs = read_tsv(tsv)
+    align = data_dir / f"{name}.align"
+    gold = read_pharaoh(align, pairs) if align.exists() else None
+    return Split(pairs, gold)
+
+
+def _data(args) -> tuple[dict, dict[str, Split | None]]:
+    """The data source recorded in the run's config and its splits."""
+    if getattr(args, "data_dir", None):
+        d = Path(args.data_dir)
+        splits = {s: _load_split(d, s, s != "valid") for s in ("train", "valid", "test")}
+        return {"data_dir": str(d.resolve())}, splits
+    task = make_task(args.task, seed=args.task_seed)
+    return {"task": args.task, "task_seed": args.task_seed}, {
+        "train": task.train, "valid": task.valid, "test": task.test}
+
+
+def _eval_split(run: Run, args) -> Split:
+    if args.data:
+        pairs = read_tsv(args.data)
+        gold = read_pharaoh(args.gold, pairs) if args.gold else None
+        return Split(pairs, gold)
+    if args.data_dir:
+        return _load_split(Path(args.data_dir), "test")
+    src = run.config.get("data", {})
+    if "task" in src:
+        return make_task(src["task"], seed=src.get("task_seed", 0)).test
+    raise DataError("give --data FILE.tsv or --data-dir DIR (this run was not trained on a task)")
+
+
+def train_one(args, method: str, seed: int, out: Path, progress: bool = True) -> tuple[Run, dict]:
+    source, splits = _data(args)
+    train = splits["train"]
+    src_vocab = Vocab.build(s for s, _ in train.pairs)
+    tgt_vocab = Vocab.build(t for _, t in train.pairs)
+    m = get_method(method)
+    torch.manual_seed(seed)
+    model = Seq2SeqAlignment(len(src_vocab), len(tgt_vocab), hidden=args.hidden,
+                             score=args.score, family=m.family(args.hidden))
+    batches = make_batches(train.pairs, src_vocab, tgt_vocab, args.batch_size, shuffle=True,
+                           seed=seed)
+    valid = splits["valid"] or splits["test"]
+    valid_b = make_batches(valid.pairs, src_vocab, tgt_vocab, 64)
+    resume = None
+    if getattr(args, "resume", False) and (out / "COMPLETE").exists():
+        resume = Run.load(out, which="last")
+    run = fit(model if resume is None else resume.model, batches, method, args.steps, seed,
+              src_vocab=src_vocab, tgt_vocab=tgt_vocab, valid=valid_b, lr=args.lr,
+              valid_every=args.valid_every, resume=resume, progress=progress,
+              config={"data": source, "batch_size": args.batch_size})
+    test = splits["test"]
+    last = copy.deepcopy(run.model.state_dict())
+    run.model.load_state_dict(run.extra.get("best_model", last))
+    report = evaluate(run, make_batches(test.pairs, src_vocab, tgt_vocab, 64, gold=test.gold),
+                      gold=test.gold, log_likelihood=test.log_likelihood)
+    report["ms_per_step"] = run.extra["ms_per_step"]
+    run.extra["test_report"] = report
+    run.model.load_state_dict(last)  # the checkpoint keeps the last weights for --resume
+    run.save(out)
+    return run, report
+
+
+def cmd_train(args) -> int:
+    _, report = train_one(args, args.method, args.seed, Path(args.out))
+    print(json.dumps(report, indent=1))
+    print(f"wrote run directory {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    run = Run.load(args.run)
+    split = _eval_split(run, args)
+    batches = make_batches(split.pairs, run.src_vocab, run.tgt_vocab, 64, gold=split.gold)
+    report = evaluate(run, batches, gold=split.gold, log_likelihood=split.log_likelihood,
+                      iwae_k=args.iwae_k)
+    if report["n_unk"]:
+        print(f"note: {report['n_unk']} token(s) unseen in training were mapped to <unk>",
+              file=sys.stderr)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for k, v in report.items():
+            print(f"{k:>20}: {v:.4f}" if isinstance(v, float) else f"{k:>20}: {v}")
+    return 0
+
+
+def cmd_align(args) -> int:
+    run = Run.load(args.run)
+    pairs = read_tsv(args.data)
+    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64)
+    links = alignment_links(run, batches)
+    sys.stdout.write("".join(format_pharaoh(links[i]) + "\n" for i in range(len(pairs))))
+    return 0
+
+
+def _mean_sd(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    m = sum(xs) / len(xs)
+    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+    return (m, sd)
+
+
+COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
+
+
+def cmd_compare(args) -> int:
+    from .inference.plots import plot_bars, plot_curves
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        get_method(m)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, curves = [], {}
+    for method in methods:
+        for seed in range(args.seeds):
+            print(f"[compare] {method} seed {seed}", file=sys.stderr)
+            run, report = train_one(args, method, seed, out / "runs" / f"{method}-seed{seed}")
+            rows.append({"method": method, "seed": seed, **report})
+            curves.setdefault(method, run.history)
+    csv = ["method,seed,exact," + ",".join(COLUMNS) + ",floor_nll_per_token"]
+    for r in rows:
+        csv.append(",".join([r["method"], str(r["seed"]), str(r["exact"])]
+                            + [f"{r.get(c, '')}" if r.get(c) is not None else ""
+                               for c in COLUMNS + ["floor_nll_per_token"]]))
+    atomic_write_text(out / "results.csv", "\n".join(csv) + "\n")
+    summary = []
+    for method in methods:
+        rs = [r for r in rows if r["method"] == method]
+        summary.append({"method": method, "exact": rs[0]["exact"],
+                        **{c: _mean_sd([r.get(c) for r in rs]) for c in COLUMNS}})
+    floor = rows[0].get("floor_nll_per_token")
+
+    def fmt(v, digits=3):
+        return "—" if v is None else f"{v[0]:.{digits}f} ± {v[1]:.{digits}f}"
+
+    md = [f"Task `{args.task or args.data_dir}`, {args.seeds} seed(s), {args.steps} steps, "
+          f"hidden {args.hidden}, batch {args.batch_size}."
+          + (f" Floor (generator's exact NLL/token): {floor:.3f}." if floor is not None else ""),
+          "", "| method | NLL/token | exact | ELBO/token | AER | ms/step |",
+          "|---|---|---|---|---|---|"]
+    for s in summary:
+        md.append(f"| {s['method']} | {fmt(s['nll_per_token'])} | "
+                  f"{'yes' if s['exact'] else 'IWAE-10'} | {fmt(s['elbo_per_token'])} | "
+                  f"{fmt(s['aer'])} | {fmt(s['ms_per_step'], 1)} |")
+    atomic_write_text(out / "results.md", "\n".join(md) + "\n")
+    plot_curves(curves, out / "learning_curves.png")
+    plot_bars(summary, "nll_per_token", out / "nll.png")
+    if any(s["aer"] for s in summary):
+        plot_bars(summary, "aer", out / "aer.png")
+    print("\n".join(md))
+    print(f"wrote {out}/results.csv, results.md, learning_curves.png, nll.png, aer.png",
+          file=sys.stderr)
+    return 0
+
+
+def _add_data_source(p, required=True):
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument("--task", choices=["copy", "reverse", "reorder"], help="built-in task")
+    g.add_argument("--data-dir", help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
+    p.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
+
+
+def _add_training(p):
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--score", default="additive")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--valid-every", type=int, default=250)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ppl-attention", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train one method, write a run directory")
+    _add_data_source(p)
+    _add_training(p)
+    p.add_argument("--method", default="exact", help=f"one of {', '.join(METHODS)}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="run directory to write")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("evaluate", help="NLL/token (exact where defined), ELBO, AER")
+    p.add_argument("run")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--data-dir")
+    g.add_argument("--data", help="a TSV file")
+    p.add_argument("--gold", help="Pharaoh alignments for --data")
+    p.add_argument("--iwae-k", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_evaluate)
+
+    p = sub.add_parser("align", help="MAP alignments in Pharaoh format to stdout")
+    p.add_argument("run")
+    p.add_argument("--data", required=True)
+    p.set_defaults(fn=cmd_align)
+
+    p = sub.add_parser("compare", help="train several methods × seeds, tabulate and plot")
+    _add_data_source(p)
+    _add_training(p)
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_compare)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "gold", None) and not getattr(args, "data", None):
+        print("error: --gold goes with --data", file=sys.stderr)
+        return 2
+    try:
+        return args.fn(args)
+    except (DataError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
