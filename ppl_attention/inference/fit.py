@@ -69,7 +69,8 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         record = {"step": step + 1, "train_loss": loss}
         if valid and ((step + 1) % valid_every == 0 or step + 1 == steps):
             model.eval()
-            record["valid_nll"] = v = nll_per_token(run, valid)
+            with torch.random.fork_rng():  # validation draws must not shift the training RNG
+                record["valid_nll"] = v = nll_per_token(run, valid)
             model.train()
             if v < best:
                 best = v

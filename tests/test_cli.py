@@ -1,0 +1,100 @@
+"""The ppl-attention command end to end on a small --data-dir, and its errors."""
+
+import json
+import re
+
+import pytest
+
+from ppl_attention.cli import main
+from ppl_attention.data import make_task, write_tsv
+from ppl_attention.data.pharaoh import write_pharaoh
+
+SMALL = ["--steps", "6", "--hidden", "8", "--batch-size", "8", "--valid-every", "3"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    task = make_task("reorder", n_train=40, n_eval=10, seed=1)
+    for name, split in (("train", task.train), ("valid", task.valid), ("test", task.test)):
+        write_tsv(d / f"{name}.tsv", split.pairs)
+        write_pharaoh(d / f"{name}.align", split.gold)
+    return d
+
+
+@pytest.fixture(scope="module")
+def run_dir(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "vae"
+    assert main(["train", "--data-dir", str(data_dir), "--method", "vae-enum", "--out", str(out),
+                 *SMALL]) == 0
+    return out
+
+
+def test_train_writes_a_complete_run(run_dir):
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"config.json", "checkpoint.pt", "metrics.json", "learning_curve.png",
+            "COMPLETE"} <= names
+
+
+def test_evaluate_json(run_dir, data_dir, capsys):
+    assert main(["evaluate", str(run_dir), "--data-dir", str(data_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for key in ("nll_per_token", "ppl", "exact", "aer", "n_pairs", "n_tokens", "method"):
+        assert key in report
+    assert report["exact"] is True and report["method"] == "vae-enum"
+    assert report["n_pairs"] == 10 and 0 <= report["aer"] <= 1
+    assert main(["evaluate", str(run_dir), "--data", str(data_dir / "test.tsv"), "--gold",
+                 str(data_dir / "test.align"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["nll_per_token"] == report["nll_per_token"] and again["aer"] == report["aer"]
+
+
+def test_align_prints_pharaoh_per_pair(run_dir, data_dir, capsys):
+    assert main(["align", str(run_dir), "--data", str(data_dir / "test.tsv")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    pairs = (data_dir / "test.tsv").read_text().splitlines()
+    assert len(lines) == len(pairs)
+    for line, pair in zip(lines, pairs):
+        src, tgt = (f.split() for f in pair.split("\t"))
+        links = [tuple(map(int, x.split("-"))) for x in line.split()]
+        assert sorted(j for _, j in links) == list(range(len(tgt)))
+        assert all(0 <= i < len(src) for i, _ in links)
+
+
+def test_unseen_tokens_are_counted(run_dir, tmp_path, capsys):
+    f = tmp_path / "new.tsv"
+    f.write_text("s1 NEWTOKEN s2\tt1 t2 ALSO_NEW\n")
+    assert main(["evaluate", str(run_dir), "--data", str(f), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["n_unk"] == 2
+    assert "2 token(s) unseen in training were mapped to <unk>" in out.err
+
+
+def test_bad_inputs_give_one_clear_error(run_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a b\tc\nmissing tab\n")
+    assert main(["evaluate", str(run_dir), "--data", str(bad)]) == 2
+    assert re.search(r"error: .*bad\.tsv:2: expected 'source<TAB>target'", capsys.readouterr().err)
+    good = tmp_path / "good.tsv"
+    good.write_text("s1 s2\tt1\n")
+    align = tmp_path / "g.align"
+    align.write_text("0-0\n0-1\n")
+    assert main(["evaluate", str(run_dir), "--data", str(good), "--gold", str(align)]) == 2
+    assert "g.align: 2 alignment lines but the corpus has 1 pairs" in capsys.readouterr().err
+    assert main(["evaluate", str(tmp_path / "nope")]) == 2
+    assert "not a complete run directory" in capsys.readouterr().err
+    assert main(["train", "--task", "reorder", "--method", "hardest", "--out",
+                 str(tmp_path / "x"), *SMALL]) == 2
+    assert "unknown method 'hardest'" in capsys.readouterr().err
+
+
+def test_compare_writes_table_and_figures(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--task", "reorder", "--methods", "exact,soft", "--seeds", "2",
+                 "--out", str(out), *SMALL]) == 0
+    printed = capsys.readouterr().out
+    assert "| exact |" in printed and "| soft |" in printed
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4
+    for name in ("results.md", "learning_curves.png", "nll.png", "aer.png"):
+        assert (out / name).stat().st_size > 0
