@@ -58,7 +58,7 @@ def _copy_like(name: str, reverse: bool, n_train: int, n_eval: int, seed: int, v
                 {"vocab": vocab, "min_len": min_len, "max_len": max_len, "seed": seed})
 
 
-def reorder_task(n_train: int = 2000, n_eval: int = 200, seed: int = 0, vocab: int = 24,
+def reorder_task(n_train: int = 20000, n_eval: int = 200, seed: int = 0, vocab: int = 24,
                  min_len: int = 6, max_len: int = 14, chunk: int = 3, noise: float = 0.1) -> Task:
     rng = random.Random(seed)
     perm = list(range(vocab))

@@ -1,0 +1,89 @@
+"""ms/step of every method on Seq2SeqAlignment, and the ratio of Pyro's `exact` step
+(TraceEnum_ELBO) to a hand-written plain-torch log-softmax/logsumexp step of the same network.
+
+    python benchmarks/seq2seq_methods.py [--batch 64 --src 20 --tgt 20 --vocab 1000 --hidden 256]
+
+Prints a table of medians measured in one run; quote the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import pyro
+import torch
+
+from ppl_attention.data.batching import Batch
+from ppl_attention.inference.methods import METHODS, get_method, loss_and_grads
+from ppl_attention.models import Seq2SeqAlignment
+
+
+def synthetic_batch(B, S, T, V, seed=0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (B, S), generator=g)
+    tgt = torch.randint(4, V, (B, T + 1), generator=g)
+    ones = torch.ones(B, S, dtype=torch.bool)
+    return Batch(src, ones, tgt[:, :-1], tgt[:, 1:], torch.ones(B, T, dtype=torch.bool),
+                 torch.arange(B))
+
+
+def median_ms(fn, reps, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(1000 * (time.perf_counter() - t))
+    return statistics.median(times)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--src", type=int, default=20)
+    ap.add_argument("--tgt", type=int, default=20)
+    ap.add_argument("--vocab", type=int, default=1000)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    args = ap.parse_args(argv)
+    batch = synthetic_batch(args.batch, args.src, args.tgt, args.vocab)
+
+    def build(method):
+        torch.manual_seed(0)
+        return Seq2SeqAlignment(args.vocab, args.vocab, hidden=args.hidden,
+                                family=get_method(method).family(args.hidden))
+
+    model = build("exact")
+
+    def hand_written():
+        model.zero_grad()
+        (-model.exact_token_log_likelihood(batch).sum()).backward()
+
+    base = median_ms(hand_written, args.reps)
+    print(f"batch {args.batch}, source {args.src}, target {args.tgt}, vocab {args.vocab}, "
+          f"hidden {args.hidden}; torch {torch.__version__}, pyro {pyro.__version__}, "
+          f"{torch.get_num_threads()} threads; medians of {args.reps}")
+    print(f"{'method':<18}{'ms/step':>10}{'× hand-written exact':>24}")
+    print(f"{'hand-written torch':<18}{base:>10.1f}{1.0:>24.2f}")
+    for name in args.methods.split(","):
+        m = get_method(name)
+        model = build(name) if name != "exact" else model
+        elbo = m.elbo()
+        pyro.clear_param_store()
+        step = [0]
+
+        def one():
+            model.zero_grad()
+            loss_and_grads(m, elbo, model, batch, step[0], avg_baseline=-3.0)
+            step[0] += 1
+
+        ms = median_ms(one, args.reps)
+        print(f"{name:<18}{ms:>10.1f}{ms / base:>24.2f}")
+
+
+if __name__ == "__main__":
+    main()
