@@ -76,7 +76,7 @@ def main(argv=None):
         pyro.clear_param_store()
         step = [0]
 
-        def one():
+        def one(m=m, elbo=elbo, model=model, step=step):
             model.zero_grad()
             loss_and_grads(m, elbo, model, batch, step[0], avg_baseline=-3.0)
             step[0] += 1
