@@ -47,10 +47,6 @@ class Method:
     anneal_rho: float | None = None
     options: dict = field(default_factory=dict)
 
-    @property
-    def categorical(self) -> bool:
-        return self.family(2).name in ("categorical", "soft")
-
     def kl_scale(self, step: int) -> float:
         if self.anneal_rho is None:
             return 1.0
