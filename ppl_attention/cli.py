@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 from pathlib import Path
@@ -38,12 +39,24 @@ def _load_split(data_dir: Path, name: str, required: bool = True) -> Split | Non
 def _data(args) -> tuple[dict, dict[str, Split | None]]:
     """The data source recorded in the run's config and its splits."""
     if getattr(args, "data_dir", None):
+        if args.n_train is not None:
+            raise ValueError("--n-train sets the size of a built-in --task, not of a --data-dir")
         d = Path(args.data_dir)
         splits = {s: _load_split(d, s, s != "valid") for s in ("train", "valid", "test")}
         return {"data_dir": str(d.resolve())}, splits
-    task = make_task(args.task, seed=args.task_seed)
-    return {"task": args.task, "task_seed": args.task_seed}, {
-        "train": task.train, "valid": task.valid, "test": task.test}
+    source = {"task": args.task, "task_seed": args.task_seed}
+    if args.n_train is not None:
+        source["n_train"] = args.n_train
+    task = _task(**source)
+    return source, {"train": task.train, "valid": task.valid, "test": task.test}
+
+
+@functools.lru_cache(maxsize=2)
+def _task(task: str, task_seed: int = 0, n_train: int | None = None):
+    """A built-in task, made once per process (``compare`` trains many runs on it)."""
+    if n_train is not None and n_train < 1:
+        raise ValueError(f"--n-train must be at least 1, got {n_train}")
+    return make_task(task, seed=task_seed, **({} if n_train is None else {"n_train": n_train}))
 
 
 def _eval_split(run: Run, args) -> Split:
@@ -55,19 +68,19 @@ def _eval_split(run: Run, args) -> Split:
         return _load_split(Path(args.data_dir), "test")
     src = run.config.get("data", {})
     if "task" in src:
-        return make_task(src["task"], seed=src.get("task_seed", 0)).test
+        return _task(**src).test
     raise DataError("give --data FILE.tsv or --data-dir DIR (this run was not trained on a task)")
 
 
 def train_one(args, method: str, seed: int, out: Path, progress: bool = True) -> tuple[Run, dict]:
+    m = get_method(method)
     source, splits = _data(args)
     train = splits["train"]
     src_vocab = Vocab.build(s for s, _ in train.pairs)
     tgt_vocab = Vocab.build(t for _, t in train.pairs)
-    m = get_method(method)
     torch.manual_seed(seed)
     model = Seq2SeqAlignment(len(src_vocab), len(tgt_vocab), hidden=args.hidden,
-                             score=args.score, family=m.family(args.hidden))
+                             score=args.score, family=m.family(args.hidden), q_prior=args.q_prior)
     batches = make_batches(train.pairs, src_vocab, tgt_vocab, args.batch_size, shuffle=True,
                            seed=seed)
     valid = splits["valid"] or splits["test"]
@@ -78,6 +91,7 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
     run = fit(model if resume is None else resume.model, batches, method, args.steps, seed,
               src_vocab=src_vocab, tgt_vocab=tgt_vocab, valid=valid_b, lr=args.lr,
               valid_every=args.valid_every, resume=resume, progress=progress,
+              lr_schedule=args.lr_schedule,
               config={"data": source, "batch_size": args.batch_size})
     test = splits["test"]
     last = copy.deepcopy(run.model.state_dict())
@@ -136,6 +150,51 @@ def _mean_sd(xs):
 COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
 
 
+def _compare_job(args, method: str, seed: int, out: Path, threads: int | None):
+    """One (method, seed) run of ``compare``; top level so a worker process can run it."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    run, report = train_one(args, method, seed, out, progress=threads is None)
+    return run.history, report
+
+
+def _run_jobs(args, jobs: list[tuple[str, int]], out: Path) -> list[tuple[list, dict]]:
+    """Run the (method, seed) jobs, ``args.jobs`` at a time in worker processes (each with
+    ``cpu_count // jobs`` torch threads), or in this process when ``args.jobs == 1``.
+    Results come back in the order of ``jobs``."""
+    def where(method, seed):
+        return out / "runs" / f"{method}-seed{seed}"
+
+    if args.jobs <= 1:
+        results = []
+        for method, seed in jobs:
+            print(f"[compare] {method} seed {seed}", file=sys.stderr)
+            results.append(_compare_job(args, method, seed, where(method, seed), None))
+        return results
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm.auto import tqdm
+
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_compare_job, args, m, s, where(m, s), threads): i
+                   for i, (m, s) in enumerate(jobs)}
+        results: list = [None] * len(jobs)
+        bar = tqdm(total=len(jobs), desc=f"compare ({args.jobs} jobs)", unit="run")
+        for f in as_completed(futures):
+            i = futures[f]
+            results[i] = f.result()
+            m, s = jobs[i]
+            r = results[i][1]
+            bar.write(f"[compare] {m} seed {s}: NLL/token {r['nll_per_token']:.3f}"
+                      + (f", AER {r['aer']:.3f}" if r.get("aer") is not None else ""))
+            bar.update()
+        bar.close()
+    return results
+
+
 def cmd_compare(args) -> int:
     from .inference.plots import plot_bars, plot_curves
 
@@ -144,13 +203,14 @@ def cmd_compare(args) -> int:
         get_method(m)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.jobs < 1 or args.seeds < 1:
+        raise ValueError(f"--jobs and --seeds must be at least 1 (got {args.jobs}, {args.seeds})")
+    jobs = [(method, seed) for method in methods for seed in range(args.seeds)]
+    results = _run_jobs(args, jobs, out)
     rows, curves = [], {}
-    for method in methods:
-        for seed in range(args.seeds):
-            print(f"[compare] {method} seed {seed}", file=sys.stderr)
-            run, report = train_one(args, method, seed, out / "runs" / f"{method}-seed{seed}")
-            rows.append({"method": method, "seed": seed, **report})
-            curves.setdefault(method, run.history)
+    for (method, seed), (history, report) in zip(jobs, results):
+        rows.append({"method": method, "seed": seed, **report})
+        curves.setdefault(method, history)
     csv = ["method,seed,exact," + ",".join(COLUMNS) + ",floor_nll_per_token"]
     for r in rows:
         csv.append(",".join([r["method"], str(r["seed"]), str(r["exact"])]
@@ -192,14 +252,20 @@ def _add_data_source(p, required=True):
     g.add_argument("--task", choices=["copy", "reverse", "reorder"], help="built-in task")
     g.add_argument("--data-dir", help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
     p.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
+    p.add_argument("--n-train", type=int, help="training pairs of a built-in task (default: the "
+                   "task's own; valid and test sets do not depend on it)")
 
 
 def _add_training(p):
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--score", default="additive")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--q-prior", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the prior's logits to the inference network's (default; "
+                   "--no-q-prior gives var-attn's plain q)")
+    p.add_argument("--lr", type=float, default=1e-2, help="peak Adam learning rate")
+    p.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine")
     p.add_argument("--valid-every", type=int, default=250)
 
 
@@ -235,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training(p)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs trained at once, in worker processes (default 1: in this process)")
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_compare)
     return ap

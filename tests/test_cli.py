@@ -88,13 +88,35 @@ def test_bad_inputs_give_one_clear_error(run_dir, tmp_path, capsys):
     assert "unknown method 'hardest'" in capsys.readouterr().err
 
 
+def _csv_numbers(path):
+    rows = [r.split(",") for r in path.read_text().splitlines()[1:]]
+    # the ms_per_step column is wall time; every other column is deterministic
+    return [(r[0], r[1], r[2], *(float(v) for i, v in enumerate(r[3:]) if i != 3 and v))
+            for r in rows]
+
+
 def test_compare_writes_table_and_figures(tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert main(["compare", "--task", "reorder", "--methods", "exact,soft", "--seeds", "2",
-                 "--out", str(out), *SMALL]) == 0
+    args = ["compare", "--task", "reorder", "--n-train", "300", "--methods", "exact,soft",
+            "--seeds", "2", *SMALL]
+    assert main([*args, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| exact |" in printed and "| soft |" in printed
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 4
     for name in ("results.md", "learning_curves.png", "nll.png", "aer.png"):
         assert (out / name).stat().st_size > 0
+    # two worker processes give the same table, in the same order
+    assert main([*args, "--jobs", "2", "--out", str(tmp_path / "cmp2")]) == 0
+    one, two = _csv_numbers(out / "results.csv"), _csv_numbers(tmp_path / "cmp2" / "results.csv")
+    assert [r[:3] for r in one] == [r[:3] for r in two]
+    for a, b in zip(one, two):
+        assert a[3:] == pytest.approx(b[3:], rel=1e-4)
+
+
+def test_task_size_and_bad_counts(tmp_path, capsys):
+    assert main(["compare", "--task", "reorder", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert "--seeds must be at least 1" in capsys.readouterr().err
+    assert main(["train", "--task", "reorder", "--n-train", "0", "--out", str(tmp_path / "r"),
+                 *SMALL]) == 2
+    assert "--n-train must be at least 1" in capsys.readouterr().err

@@ -36,15 +36,20 @@ class Task:
     config: dict = field(default_factory=dict)
 
 
+def _split_rng(task: str, seed: int, part: str) -> random.Random:
+    """Each split has its own stream, so the valid and test sets do not change with
+    ``n_train`` (a run trained on more data is evaluated on the same test set)."""
+    return random.Random(f"{task}/{seed}/{part}")
+
+
 def _lengths(rng: random.Random, lo: int, hi: int) -> int:
     return rng.randint(lo, hi)
 
 
 def _copy_like(name: str, reverse: bool, n_train: int, n_eval: int, seed: int, vocab: int = 20,
                min_len: int = 4, max_len: int = 12) -> Task:
-    rng = random.Random(seed)
-
-    def split(n: int) -> Split:
+    def split(n: int, part: str) -> Split:
+        rng = _split_rng(name, seed, part)
         pairs, gold = [], []
         for _ in range(n):
             L = _lengths(rng, min_len, max_len)
@@ -54,21 +59,21 @@ def _copy_like(name: str, reverse: bool, n_train: int, n_eval: int, seed: int, v
             gold.append({(i, j) for j, i in enumerate(order)})
         return Split(pairs, gold, [0.0] * n)
 
-    return Task(name, split(n_train), split(n_eval), split(n_eval),
+    return Task(name, split(n_train, "train"), split(n_eval, "valid"), split(n_eval, "test"),
                 {"vocab": vocab, "min_len": min_len, "max_len": max_len, "seed": seed})
 
 
-def reorder_task(n_train: int = 20000, n_eval: int = 200, seed: int = 0, vocab: int = 24,
-                 min_len: int = 6, max_len: int = 14, chunk: int = 3, noise: float = 0.1) -> Task:
-    rng = random.Random(seed)
+def reorder_task(n_train: int = 100_000, n_eval: int = 1000, seed: int = 0, vocab: int = 24,
+                 min_len: int = 4, max_len: int = 10, chunk: int = 3, noise: float = 0.1) -> Task:
     perm = list(range(vocab))
-    rng.shuffle(perm)
+    random.Random(seed).shuffle(perm)
     translate = {f"s{i}": f"t{perm[i]}" for i in range(vocab)}
 
     def p_tok(y: str, x: str) -> float:
         return (1 - noise) * (y == translate[x]) + noise / vocab
 
-    def split(n: int) -> Split:
+    def split(n: int, part: str) -> Split:
+        rng = _split_rng("reorder", seed, part)
         pairs, gold, ll = [], [], []
         for _ in range(n):
             L = rng.randint(min_len, max_len)
@@ -90,7 +95,7 @@ def reorder_task(n_train: int = 20000, n_eval: int = 200, seed: int = 0, vocab: 
             ll.append(log_p)
         return Split(pairs, gold, ll)
 
-    return Task("reorder", split(n_train), split(n_eval), split(n_eval),
+    return Task("reorder", split(n_train, "train"), split(n_eval, "valid"), split(n_eval, "test"),
                 {"vocab": vocab, "min_len": min_len, "max_len": max_len, "chunk": chunk,
                  "noise": noise, "seed": seed})
 

@@ -4,6 +4,7 @@ checkpoint, resume."""
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 
@@ -24,16 +25,29 @@ def _order(n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
+SCHEDULES = {
+    "constant": lambda step, steps: 1.0,
+    "cosine": lambda step, steps: 0.5 * (1.0 + math.cos(math.pi * step / max(1, steps))),
+}
+
+
 def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, seed: int = 0, *,
         src_vocab: Vocab, tgt_vocab: Vocab, valid: list[Batch] | None = None, lr: float = 3e-3,
         clip: float = 5.0, valid_every: int = 100, resume: Run | None = None,
-        progress: bool = True, out=None, config: dict | None = None) -> Run:
+        progress: bool = True, out=None, config: dict | None = None,
+        lr_schedule: str = "cosine") -> Run:
     """Train ``model`` by ``method`` for ``steps`` steps (one batch a step) and return a Run.
 
     The batch for step i is fixed by (seed, i), so a run resumed from its directory continues
     with the identical next loss. Validation NLL/token (exact where the family allows) every
     ``valid_every`` steps; the best model is kept in ``run.extra["best_model"]``.
+
+    ``lr_schedule``: ``"constant"``, or ``"cosine"`` — lr·½(1 + cos(π·step/steps)), which lets
+    the last steps settle instead of rattling at the full rate. The rate is a function of the
+    step alone, so resuming keeps it.
     """
+    if lr_schedule not in SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
     from .evaluate import nll_per_token  # local: evaluate imports fit's siblings
 
     m = get_method(method)
@@ -42,7 +56,8 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
     pyro.clear_param_store()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     run = resume or Run(model, method, src_vocab, tgt_vocab, dict(config or {}))
-    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every)
+    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every,
+                      lr_schedule=lr_schedule)
     start = run.step
     if resume is not None:
         if resume.optimizer_state:
@@ -60,6 +75,8 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
     for step in bar:
         epoch, pos = divmod(step, len(train))
         batch = train[_order(len(train), seed, epoch)[pos]]
+        for group in optimizer.param_groups:
+            group["lr"] = lr * SCHEDULES[lr_schedule](step, steps)
         optimizer.zero_grad()
         loss = loss_and_grads(m, elbo, model, batch, step, avg) / batch.n_tokens
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
