@@ -88,7 +88,14 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
     resume = None
     if getattr(args, "resume", False) and (out / "COMPLETE").exists():
         resume = Run.load(out, which="last")
-    run = fit(model if resume is None else resume.model, batches, method, args.steps, seed,
+    if args.backend == "numpyro":
+        from .numpyro.inference import fit as fit_fn
+        from .numpyro.inference import get_method as numpyro_method
+
+        numpyro_method(method)  # refuses methods NumPyro cannot run, before any work
+    else:
+        fit_fn = fit
+    run = fit_fn(model if resume is None else resume.model, batches, method, args.steps, seed,
               src_vocab=src_vocab, tgt_vocab=tgt_vocab, valid=valid_b, lr=args.lr,
               valid_every=args.valid_every, resume=resume, progress=progress,
               lr_schedule=args.lr_schedule,
@@ -97,7 +104,7 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
     last = copy.deepcopy(run.model.state_dict())
     run.model.load_state_dict(run.extra.get("best_model", last))
     report = evaluate(run, make_batches(test.pairs, src_vocab, tgt_vocab, 64, gold=test.gold),
-                      gold=test.gold, log_likelihood=test.log_likelihood)
+                      gold=test.gold, log_likelihood=test.log_likelihood, backend=args.backend)
     report["ms_per_step"] = run.extra["ms_per_step"]
     run.extra["test_report"] = report
     run.model.load_state_dict(last)  # the checkpoint keeps the last weights for --resume
@@ -117,7 +124,7 @@ def cmd_evaluate(args) -> int:
     split = _eval_split(run, args)
     batches = make_batches(split.pairs, run.src_vocab, run.tgt_vocab, 64, gold=split.gold)
     report = evaluate(run, batches, gold=split.gold, log_likelihood=split.log_likelihood,
-                      iwae_k=args.iwae_k)
+                      iwae_k=args.iwae_k, backend=args.backend)
     if report["n_unk"]:
         print(f"note: {report['n_unk']} token(s) unseen in training were mapped to <unk>",
               file=sys.stderr)
@@ -133,7 +140,11 @@ def cmd_align(args) -> int:
     run = Run.load(args.run)
     pairs = read_tsv(args.data)
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64)
-    links = alignment_links(run, batches)
+    if args.backend == "numpyro":
+        from .numpyro.inference import alignment_links as links_fn
+    else:
+        links_fn = alignment_links
+    links = links_fn(run, batches)
     sys.stdout.write("".join(format_pharaoh(links[i]) + "\n" for i in range(len(pairs))))
     return 0
 
@@ -189,7 +200,8 @@ def _run_jobs(args, jobs: list[tuple[str, int]], out: Path) -> list[tuple[list, 
             m, s = jobs[i]
             r = results[i][1]
             bar.write(f"[compare] {m} seed {s}: NLL/token {r['nll_per_token']:.3f}"
-                      + (f", AER {r['aer']:.3f}" if r.get("aer") is not None else ""))
+                      + (f", AER {r['aer']:.3f}" if r.get("aer") is not None else ""),
+                      file=sys.stderr)
             bar.update()
         bar.close()
     return results
@@ -256,6 +268,12 @@ def _add_data_source(p, required=True):
                    "task's own; valid and test sets do not depend on it)")
 
 
+def _add_backend(p):
+    p.add_argument("--backend", choices=["pyro", "numpyro"], default="pyro",
+                   help="run the model under Pyro (torch) or its NumPyro twin (jax.jit); run "
+                   "directories are the same for both")
+
+
 def _add_training(p):
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--hidden", type=int, default=64)
@@ -267,6 +285,7 @@ def _add_training(p):
     p.add_argument("--lr", type=float, default=1e-2, help="peak Adam learning rate")
     p.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine")
     p.add_argument("--valid-every", type=int, default=250)
+    _add_backend(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,11 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gold", help="Pharaoh alignments for --data")
     p.add_argument("--iwae-k", type=int, default=10)
     p.add_argument("--json", action="store_true")
+    _add_backend(p)
     p.set_defaults(fn=cmd_evaluate)
 
     p = sub.add_parser("align", help="MAP alignments in Pharaoh format to stdout")
     p.add_argument("run")
     p.add_argument("--data", required=True)
+    _add_backend(p)
     p.set_defaults(fn=cmd_align)
 
     p = sub.add_parser("compare", help="train several methods × seeds, tabulate and plot")

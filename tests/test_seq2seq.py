@@ -123,3 +123,17 @@ def test_interrupted_save_leaves_nothing_that_looks_finished(tmp_path, monkeypat
 def test_unknown_method_lists_valid_names():
     with pytest.raises(ValueError, match="unknown method 'vae'; valid: soft, exact"):
         get_method("vae")
+
+
+def test_exact_loss_on_a_padded_batch_equals_the_marginal():
+    """Padded target positions add nothing to the enumerated loss (a masked enumerated site
+    would add log S per padded token)."""
+    task, sv, tv, model = _tiny("exact", n=12)
+    (b,) = make_batches(task.train.pairs, sv, tv, 12)
+    assert (~b.tgt_mask).any()
+    pyro.clear_param_store()
+    with torch.no_grad():
+        loss = TraceEnum_ELBO(max_plate_nesting=2).loss(
+            lambda bb: model.model(bb, enumerate_z=True), lambda bb: None, b)
+        exact = -float(model.exact_token_log_likelihood(b).sum())
+    assert loss == pytest.approx(exact, rel=1e-6)

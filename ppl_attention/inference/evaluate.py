@@ -87,31 +87,22 @@ def elbo_per_token(run: Run, batches: list[Batch], samples: int = 5) -> float:
 
 
 @torch.no_grad()
-def map_alignments(run: Run, batch: Batch, samples: int = 10) -> torch.Tensor:
+def map_alignments(run: Run, batch: Batch) -> torch.Tensor:
     """The alignment of each target token ``[B, T]``: argmax_j p(z_t = j | x, y) (exact) for
-    categorical models, argmax of the attention weights for soft, of q's mean weights otherwise."""
+    categorical models; the argmax of the attention scores for soft; for continuous families the
+    argmax of the guide's scores, which is the argmax of q's mean weights (Dirichlet, Weibull,
+    LogNormal: the mean is monotone in the scores; Gaussian context: its soft weights) and the
+    most probable vertex of the Concrete. Deterministic, so both backends agree."""
     model = run.model
     kind = _kind(run)
     if kind == "categorical":
         return model.exact_posterior(batch).argmax(-1)
-    if kind == "soft":
-        H = model.encode(batch.src, batch.src_mask)
-        _, e, _ = model.decode(H, batch.src_mask, batch.tgt_in)
-        return e.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf).argmax(-1)
-    gk = _guide_kwargs(run)
-    total = 0
-    for _ in range(samples):
-        tr = poutine.trace(model.guide).get_trace(batch, **gk)
-        site = tr.nodes["align"]
-        if model.family.name == "gaussian-context":
-            H = model.encode(batch.src, batch.src_mask)
-            scores = (model.inference_scores(batch, H) if gk["posterior"] == "inference"
-                      else model.decode(H, batch.src_mask, batch.tgt_in)[1])
-            return scores.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf).argmax(-1)
-        total = total + model.family.weights(site["value"], None,
-                                             batch.src_mask.unsqueeze(1).expand(
-                                                 site["value"].shape))
-    return total.argmax(-1)
+    H = model.encode(batch.src, batch.src_mask)
+    if kind == "soft" or _guide_kwargs(run)["posterior"] == "prior":
+        scores = model.decode(H, batch.src_mask, batch.tgt_in)[1]
+    else:
+        scores = model.inference_scores(batch, H)
+    return scores.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf).argmax(-1)
 
 
 def alignment_links(run: Run, batches: list[Batch]) -> dict[int, set[tuple[int, int]]]:
@@ -125,16 +116,28 @@ def alignment_links(run: Run, batches: list[Batch]) -> dict[int, set[tuple[int, 
     return out
 
 
+BACKENDS = ("pyro", "numpyro")
+
+
 def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
              log_likelihood: list[float] | None = None, iwae_k: int = 10,
-             with_elbo: bool = True) -> dict:
+             with_elbo: bool = True, backend: str = "pyro") -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold), ``floor_nll_per_token`` (with the generator's
-    log-likelihoods), ``n_pairs``, ``n_tokens``, ``n_unk``, ``method``."""
+    log-likelihoods), ``n_pairs``, ``n_tokens``, ``n_unk``, ``method``, ``backend``.
+
+    ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model
+    (:mod:`ppl_attention.numpyro.inference.evaluate`), whichever backend trained it."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if backend == "numpyro":
+        from ..numpyro.inference import evaluate as ops
+    else:
+        ops = _PyroOps
     pyro.clear_param_store()
     run.model.eval()
     kind = _kind(run)
-    nll = nll_per_token(run, batches, iwae_k)
+    nll = ops.nll_per_token(run, batches, iwae_k)
     n_tokens = sum(b.n_tokens for b in batches)
     report = {
         "method": run.method,
@@ -144,15 +147,24 @@ def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
         "n_pairs": sum(b.size for b in batches),
         "n_tokens": n_tokens,
         "n_unk": sum(b.n_unk for b in batches),
+        "backend": backend,
     }
     if not report["exact"]:
         report["iwae_k"] = iwae_k
     if with_elbo:
-        report["elbo_per_token"] = elbo_per_token(run, batches)
+        report["elbo_per_token"] = ops.elbo_per_token(run, batches)
     if gold is not None:
-        links = alignment_links(run, batches)
+        links = ops.alignment_links(run, batches)
         idx = sorted(links)
         report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
     if log_likelihood is not None:
         report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
     return report
+
+
+class _PyroOps:
+    """The Pyro-side functions :func:`evaluate` assembles its report from."""
+
+    nll_per_token = staticmethod(nll_per_token)
+    elbo_per_token = staticmethod(elbo_per_token)
+    alignment_links = staticmethod(alignment_links)

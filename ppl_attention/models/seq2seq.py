@@ -169,8 +169,10 @@ class Seq2SeqAlignment(nn.Module):
         scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
         with plate_b, plate_t:
             with scale:
+                # An enumerated site stays unmasked: at a padded target Σ_z p(z)·1 = 1 adds 0,
+                # whereas a masked log p(z) = 0 would add log S there (Pyro sums over z).
                 v, _ = attend(SITE, e, H, self.family, mask=batch.src_mask, keys=H,
-                              target_mask=batch.tgt_mask,
+                              target_mask=None if enumerate_z else batch.tgt_mask,
                               infer={"enumerate": "parallel"} if enumerate_z else None)
             lp = self.emission_log_prob(h, v, batch.tgt_out)
             pyro.factor("y", lp.masked_fill(~batch.tgt_mask, 0.0))

@@ -1,0 +1,25 @@
+"""The NumPyro mirror of ppl_attention: the same names, arguments and maths under
+``ppl_attention.numpyro`` — scores, families, ``attend``, ``models.Seq2SeqAlignment`` and the
+inference registry — as plain JAX functions over parameter dicts keyed like the torch
+``state_dict`` (see :mod:`ppl_attention.numpyro.nn` for why), jit-compiled.
+
+Needs the ``numpyro`` extra: ``pip install -e ".[numpyro]"`` (jax, numpyro, funsor).
+"""
+
+from . import distributions, families, kl, scores
+from .attend import attend, broadcast_source_mask
+from .families import (
+    Categorical,
+    Dirichlet,
+    Family,
+    GaussianContext,
+    LogNormal,
+    RelaxedCategorical,
+    Soft,
+    Weibull,
+    make_family,
+)
+
+__all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl", "scores",
+           "Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
+           "LogNormal", "GaussianContext", "make_family"]

@@ -1,0 +1,100 @@
+"""``attend`` for NumPyro: the same signature and behaviour as :func:`ppl_attention.attend`,
+writing the alignment as a ``numpyro.sample`` site. Works under ``jax.jit``: the shape checks are
+static; the value checks (finite scores, a real position for every query) run only on concrete
+arrays, since a traced array has no values to check.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpyro
+
+from .families import Family, make_family, masked_softmax
+
+__all__ = ["attend", "broadcast_source_mask"]
+
+
+def _concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def broadcast_source_mask(mask, scores, arg: str = "mask"):
+    """``mask`` ([..., S] or [..., T or 1, S]) as a bool array of ``scores``' shape."""
+    if mask is None:
+        return jnp.ones(scores.shape, bool)
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+        if _concrete(mask) and not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError(f"{arg} must be boolean or 0/1, got values other than 0 and 1")
+        mask = mask.astype(bool)
+    given = list(mask.shape)
+    if mask.ndim == scores.ndim - 1:
+        mask = mask[..., None, :]
+    try:
+        mask = jnp.broadcast_to(mask, scores.shape)
+    except ValueError:
+        raise ValueError(f"{arg} of shape {given} does not broadcast to scores "
+                         f"{list(scores.shape)} (expected [..., S] or [..., T, S] with "
+                         f"S={scores.shape[-1]})") from None
+    if _concrete(mask):
+        empty = ~mask.any(-1)
+        if bool(empty.any()):
+            raise ValueError(f"{arg} hides every source position for {int(empty.sum())} "
+                             f"querie(s); every query needs at least one unmasked position")
+    return mask
+
+
+def _check_inputs(scores, values) -> None:
+    if scores.ndim < 2:
+        raise ValueError(f"scores must be [..., T, S], got shape {list(scores.shape)}")
+    if values.ndim < 2:
+        raise ValueError(f"values must be [..., S, dv], got shape {list(values.shape)}")
+    if scores.shape[-1] != values.shape[-2]:
+        raise ValueError(f"scores and values disagree on the source length S: scores "
+                         f"{list(scores.shape)}, values {list(values.shape)}")
+    if _concrete(scores) and not bool(jnp.isfinite(scores).all()):
+        raise ValueError(f"scores must be finite (exclude positions with mask=, not with -inf); "
+                         f"got {int((~jnp.isfinite(scores)).sum())} non-finite entries")
+
+
+def attend(name: str, scores, values, family: Family | str | None = None, mask=None, *,
+           guide: bool = False, keys=None, target_mask=None, scale=None, infer: dict | None = None,
+           params=None):
+    """Attend with a latent alignment written as the NumPyro sample site ``name``.
+
+    Arguments as :func:`ppl_attention.attend`, plus ``params``: the family's parameters (the
+    BAM contextual prior network), which torch keeps inside the family module. Returns
+    ``(context [..., T, dv], weights)``. The caller declares the plates (``numpyro.plate("batch",
+    B, dim=-2)``, ``numpyro.plate("target", T, dim=-1)``).
+    """
+    family = make_family(family)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    scores, values = jnp.asarray(scores), jnp.asarray(values)
+    _check_inputs(scores, values)
+    mask = broadcast_source_mask(mask, scores)
+    if keys is None:
+        keys = values
+    elif keys.shape[-2] != scores.shape[-1]:
+        raise ValueError(f"keys {list(keys.shape)} and scores {list(scores.shape)} disagree on "
+                         f"the source length S")
+    if guide:
+        fn = family.posterior(scores, mask, values=values, scale=scale)
+    else:
+        fn = family.prior(scores, mask, keys=keys, values=values, params=params)
+    if fn is None:
+        weights = masked_softmax(scores, mask)
+        if not guide:
+            numpyro.deterministic(name, weights)
+        return weights @ values, weights
+    if target_mask is not None:
+        target_mask = jnp.asarray(target_mask).astype(bool)
+        try:
+            jnp.broadcast_to(target_mask, fn.batch_shape)
+        except ValueError:
+            raise ValueError(f"target_mask of shape {list(target_mask.shape)} does not broadcast "
+                             f"to the site's batch shape {list(fn.batch_shape)}") from None
+        fn = fn.mask(target_mask)
+    value = numpyro.sample(name, fn, infer=dict(infer) if infer else {})
+    return family.context(value, values), family.weights(value, scores, mask)

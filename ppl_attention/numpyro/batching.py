@@ -1,0 +1,46 @@
+"""Batches for the NumPyro mirror: the torch :class:`~ppl_attention.data.batching.Batch` as jnp
+arrays, optionally padded to a few fixed shapes so that ``jax.jit`` compiles once per shape
+rather than once per batch (padded rows and positions are masked out everywhere)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+
+class JaxBatch(NamedTuple):
+    src: jnp.ndarray  # [B, S] int32
+    src_mask: jnp.ndarray  # [B, S] bool
+    tgt_in: jnp.ndarray  # [B, T] int32
+    tgt_out: jnp.ndarray  # [B, T] int32
+    tgt_mask: jnp.ndarray  # [B, T] bool
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def to_jax(batch, rows: int | None = None, multiple: int = 1) -> JaxBatch:
+    """``batch`` (torch) → :class:`JaxBatch`. ``rows``: pad the batch to this many rows (padded
+    rows attend to position 0 and have no target tokens); ``multiple``: round S and T up to a
+    multiple of it. Padding changes no number: every padded entry is masked."""
+    src = batch.src.numpy()
+    B, S = src.shape
+    T = batch.tgt_out.shape[1]
+    rows = max(rows or B, B)
+    S2, T2 = _round_up(S, multiple), _round_up(T, multiple)
+
+    def pad(a, width, fill):
+        out = np.full((rows, width), fill, dtype=a.dtype)
+        out[: a.shape[0], : a.shape[1]] = a
+        return out
+
+    src_mask = pad(batch.src_mask.numpy(), S2, False)
+    src_mask[B:, 0] = True  # a padded row still needs one position to attend to
+    return JaxBatch(
+        jnp.asarray(pad(src, S2, 0), jnp.int32), jnp.asarray(src_mask),
+        jnp.asarray(pad(batch.tgt_in.numpy(), T2, 0), jnp.int32),
+        jnp.asarray(pad(batch.tgt_out.numpy(), T2, 0), jnp.int32),
+        jnp.asarray(pad(batch.tgt_mask.numpy(), T2, False)))

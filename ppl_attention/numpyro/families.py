@@ -1,0 +1,301 @@
+"""Alignment families for the NumPyro mirror: the same classes, arguments and maths as
+:mod:`ppl_attention.families` (read its docstrings for the equations).
+
+The one difference is functional: a family with parameters (the contextual prior network of
+``Weibull``/``LogNormal``, keys ``"prior_net.0.weight"`` … as in torch's ``state_dict``) takes
+them as ``params=`` in ``prior``; ``family.init(key)`` makes fresh ones. Shapes as on the
+torch side: ``scores [..., T, S]``, ``values [..., S, dv]``, ``mask [..., T, S]`` bool.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpyro.distributions as dist
+
+from ..families import _positive
+from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
+from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
+from .nn import Params, init_linear, linear
+
+__all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
+           "LogNormal", "GaussianContext", "FAMILIES", "make_family", "masked_softmax"]
+
+
+def masked_softmax(scores, mask):
+    """softmax over the last dim with exactly 0 where ``mask`` is False."""
+    if mask is None:
+        return jax.nn.softmax(scores, -1)
+    return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), -1)
+
+
+def masked_log_softmax(scores, mask, floor: float = -1e30):
+    """log softmax with a finite ``floor`` where ``mask`` is False: probability 0 as for
+    :func:`masked_softmax`, but enumeration and log q·q stay free of NaN gradients."""
+    return jnp.where(mask, jax.nn.log_softmax(jnp.where(mask, scores, -jnp.inf), -1), floor)
+
+
+def _normalize(s, mask):
+    s = s * mask
+    return s / jnp.maximum(s.sum(-1, keepdims=True), jnp.finfo(s.dtype).tiny)
+
+
+class Family:
+    """Base contract (see :class:`ppl_attention.families.Family`)."""
+
+    name: str = ""
+    reparameterized: bool = False
+    enumerable: bool = False
+
+    def init(self, key) -> Params:
+        return {}
+
+    def prior(self, scores, mask, keys, values, params: Params | None = None):
+        raise NotImplementedError
+
+    def posterior(self, scores, mask, values, scale=None):
+        raise NotImplementedError
+
+    def weights(self, value, scores, mask):
+        return value
+
+    def context(self, value, values):
+        return value @ values
+
+    def _config(self) -> dict:
+        return {}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
+        return f"{type(self).__name__}({args})"
+
+
+class Soft(Family):
+    name = "soft"
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
+class Categorical(Family):
+    """z_t ∈ {0..S−1}, p(z_t = s) = softmax(scores_t)_s; context ``one_hot(z) @ values`` so
+    enumerated dims broadcast; the weights are the index z."""
+
+    name = "categorical"
+    enumerable = True
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return dist.Categorical(logits=masked_log_softmax(scores, mask))
+
+    def posterior(self, scores, mask, values, scale=None):
+        return dist.Categorical(logits=masked_log_softmax(scores, mask))
+
+    def context(self, value, values):
+        return jax.nn.one_hot(value, values.shape[-2], dtype=values.dtype) @ values
+
+
+class RelaxedCategorical(Family):
+    name = "relaxed-categorical"
+    reparameterized = True
+
+    def __init__(self, temperature: float = 0.5):
+        self.temperature = _positive("temperature", temperature)
+
+    def _config(self):
+        return {"temperature": self.temperature}
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return MaskedRelaxedCategorical(self.temperature, scores, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return MaskedRelaxedCategorical(self.temperature, scores, mask)
+
+
+class Dirichlet(Family):
+    """Prior Dirichlet(α₀·softmax(scores) + ε); posterior Dirichlet(softplus(q-scores) + ε)."""
+
+    name = "dirichlet"
+    reparameterized = True
+
+    def __init__(self, concentration: float = 1.0, eps: float = 1e-3):
+        self.concentration = _positive("concentration", concentration)
+        self.eps = _positive("eps", eps)
+
+    def _config(self):
+        return {"concentration": self.concentration, "eps": self.eps}
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return MaskedDirichlet(self.concentration * masked_softmax(scores, mask) + self.eps, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return MaskedDirichlet(jax.nn.softplus(scores) + self.eps, mask)
+
+
+class _BayesianAttention(Family):
+    """Contextual prior mean m = softmax_keys(f(k)), f = Linear(dk, d_mid)–ReLU–Linear(d_mid, 1)
+    (Fan et al. 2020, §3.3), or uniform (``prior="constant"``)."""
+
+    reparameterized = True
+
+    def __init__(self, prior: str = "contextual", d_mid: int = 10, key_dim: int | None = None):
+        if prior not in ("contextual", "constant"):
+            raise ValueError(f"prior must be 'contextual' or 'constant', got {prior!r}")
+        if not isinstance(d_mid, int) or d_mid < 1:
+            raise ValueError(f"d_mid must be a positive int, got {d_mid!r}")
+        self.prior_kind, self.d_mid, self.key_dim = prior, d_mid, key_dim
+
+    def init(self, key) -> Params:
+        if self.prior_kind == "constant":
+            return {}
+        if self.key_dim is None:
+            raise ValueError("init needs key_dim (the size of the keys the prior network reads)")
+        k1, k2 = jax.random.split(key)
+        return {**init_linear(k1, "prior_net.0", self.key_dim, self.d_mid),
+                **init_linear(k2, "prior_net.2", self.d_mid, 1)}
+
+    def prior_mean(self, keys, mask, params: Params | None = None):
+        """Prior mean weights ``[..., 1, S]``, 0 where masked."""
+        if self.prior_kind == "constant":
+            key_scores = jnp.zeros(keys.shape[:-1], keys.dtype)
+        else:
+            if not params:
+                raise ValueError(f"{type(self).__name__}(prior='contextual') needs its "
+                                 "prior-network params= (family.init(key) makes them)")
+            hidden = jax.nn.relu(linear(params, "prior_net.0", keys))
+            key_scores = linear(params, "prior_net.2", hidden)[..., 0]
+        return masked_softmax(key_scores[..., None, :], mask)
+
+    def weights(self, value, scores, mask):
+        return _normalize(value, mask)
+
+
+class Weibull(_BayesianAttention):
+    """BAM-W: S ~ Weibull(k, λ = softmax(scores)/Γ(1 + 1/k)); prior Gamma(β·m, β)."""
+
+    name = "weibull"
+
+    def __init__(self, k: float = 10.0, beta: float = 1.0, prior: str = "contextual",
+                 d_mid: int = 10, key_dim: int | None = None):
+        k, beta = _positive("k", k), _positive("beta", beta)
+        super().__init__(prior, d_mid, key_dim)
+        self.k, self.beta = k, beta
+
+    def _config(self):
+        return {"k": self.k, "beta": self.beta, "prior": self.prior_kind, "d_mid": self.d_mid}
+
+    def prior(self, scores, mask, keys, values, params=None):
+        m = jnp.broadcast_to(self.prior_mean(keys, mask, params), scores.shape)
+        alpha = jnp.maximum(jnp.where(mask, self.beta * m, 1.0), 1e-6)
+        return dist.Gamma(alpha, jnp.full_like(alpha, self.beta)).mask(mask).to_event(1)
+
+    def posterior(self, scores, mask, values, scale=None):
+        p = masked_softmax(scores, mask)
+        lam = jnp.maximum(jnp.where(mask, p, 1.0), 1e-30) / math.exp(math.lgamma(1 + 1 / self.k))
+        return dist.Weibull(lam, jnp.full_like(lam, self.k)).mask(mask).to_event(1)
+
+
+class LogNormal(_BayesianAttention):
+    """BAM-L: S ~ LogNormal(log softmax(scores) − σ²/2, σ); prior LogNormal(log m − σ_p²/2, σ_p)."""
+
+    name = "lognormal"
+
+    def __init__(self, sigma: float = 0.5, prior_sigma: float = 1.0, prior: str = "contextual",
+                 d_mid: int = 10, key_dim: int | None = None):
+        sigma, prior_sigma = _positive("sigma", sigma), _positive("prior_sigma", prior_sigma)
+        super().__init__(prior, d_mid, key_dim)
+        self.sigma, self.prior_sigma = sigma, prior_sigma
+
+    def _config(self):
+        return {"sigma": self.sigma, "prior_sigma": self.prior_sigma, "prior": self.prior_kind,
+                "d_mid": self.d_mid}
+
+    @staticmethod
+    def _lognormal(mean_weights, mask, sigma):
+        log_m = jnp.where(mask, jnp.log(jnp.maximum(mean_weights, 1e-30)), 0.0)
+        loc = log_m - sigma**2 / 2
+        return dist.LogNormal(loc, jnp.full_like(loc, sigma)).mask(mask).to_event(1)
+
+    def prior(self, scores, mask, keys, values, params=None):
+        m = jnp.broadcast_to(self.prior_mean(keys, mask, params), scores.shape)
+        return self._lognormal(m, mask, self.prior_sigma)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return self._lognormal(masked_softmax(scores, mask), mask, self.sigma)
+
+
+class GaussianContext(Family):
+    """Bahuleyan et al. (2018): the context c_t is latent. Prior N(μ₀, prior_scale²) with μ₀ 0,
+    the values' mean or the soft context; posterior N(soft context of q-scores, scale²)."""
+
+    name = "gaussian-context"
+    reparameterized = True
+
+    def __init__(self, prior: str = "values-mean", prior_scale: float = 1.0,
+                 posterior_scale: float = 0.1):
+        if prior not in ("zero", "values-mean", "soft"):
+            raise ValueError(f"prior must be 'zero', 'values-mean' or 'soft', got {prior!r}")
+        self.prior_kind = prior
+        self.prior_scale = _positive("prior_scale", prior_scale)
+        self.posterior_scale = _positive("posterior_scale", posterior_scale)
+
+    def _config(self):
+        return {"prior": self.prior_kind, "prior_scale": self.prior_scale,
+                "posterior_scale": self.posterior_scale}
+
+    def prior(self, scores, mask, keys, values, params=None):
+        shape = scores.shape[:-1] + values.shape[-1:]
+        if self.prior_kind == "zero":
+            loc = jnp.zeros(shape, values.dtype)
+        elif self.prior_kind == "values-mean":
+            loc = jnp.broadcast_to(masked_softmax(jnp.zeros_like(scores), mask) @ values, shape)
+        else:
+            loc = masked_softmax(scores, mask) @ values
+        return dist.Normal(loc, jnp.full_like(loc, self.prior_scale)).to_event(1)
+
+    def posterior(self, scores, mask, values, scale=None):
+        loc = masked_softmax(scores, mask) @ values
+        scale = jnp.full_like(loc, self.posterior_scale) if scale is None else scale
+        return dist.Normal(loc, jnp.broadcast_to(scale, loc.shape)).to_event(1)
+
+    def weights(self, value, scores, mask):
+        return masked_softmax(scores, mask)
+
+    def context(self, value, values):
+        return value
+
+
+FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull,
+                                      LogNormal, GaussianContext)}
+
+
+def make_family(family) -> Family:
+    """A family from an instance, a class, a registry name, or the torch-side instance (its
+    configuration is copied)."""
+    if isinstance(family, Family):
+        return family
+    if family is None:
+        return Soft()
+    if isinstance(family, type) and issubclass(family, Family):
+        return family()
+    if isinstance(family, str) and family in FAMILIES:
+        return FAMILIES[family]()
+    from .. import families as torch_families
+
+    if isinstance(family, torch_families.Family):
+        return from_torch_family(family)
+    raise ValueError(f"unknown family {family!r}; valid: a Family instance or one of "
+                     f"{', '.join(FAMILIES)}")
+
+
+def from_torch_family(family) -> Family:
+    """The NumPyro twin of a torch-side family, with the same configuration."""
+    cfg = dict(family._config())
+    prior_net = getattr(family, "prior_net", None)
+    if prior_net is not None:
+        cfg["key_dim"] = prior_net[0].in_features
+    return FAMILIES[family.name](**cfg)

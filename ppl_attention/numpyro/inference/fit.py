@@ -1,0 +1,148 @@
+"""Training under NumPyro: the loop of :func:`ppl_attention.inference.fit` (same batch order,
+Adam with torch's update rule, global-norm clipping at ``clip``, the same lr schedules,
+validation, best weights kept) with the whole SVI step under ``jax.jit``. It takes and returns
+the same objects (a torch model holding the configuration and initial weights; a
+:class:`~ppl_attention.inference.run.Run`), so a run trained here is saved, loaded and evaluated
+by either backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+from tqdm.auto import tqdm
+
+from ...inference.fit import SCHEDULES, _order
+from ...inference.run import Run
+from ..batching import to_jax
+from ..models import Seq2SeqAlignment
+from ..nn import to_torch
+from .evaluate import MULTIPLE, nll_per_token
+from .methods import enumerated_guide_loss, get_method, score_function_loss
+
+
+def adam_init(params):
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return {"m": zeros, "v": zeros, "t": jnp.zeros((), jnp.int32)}
+
+
+def adam_update(params, grads, state, lr, b1=0.9, b2=0.999, eps=1e-8):
+    """torch.optim.Adam's update (bias corrections folded as torch does)."""
+    t = state["t"] + 1
+    m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
+    v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
+    bc1, bc2 = 1 - b1**t, 1 - b2**t
+    new = jax.tree.map(lambda p, m, v: p - (lr / bc1) * m / (jnp.sqrt(v) / jnp.sqrt(bc2) + eps),
+                       params, m, v)
+    return new, {"m": m, "v": v, "t": t}
+
+
+def clip_grad_norm(grads, max_norm):
+    """torch.nn.utils.clip_grad_norm_: scale by max_norm / (‖g‖₂ + 1e-6) when that is < 1."""
+    norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
+    coef = jnp.minimum(max_norm / (norm + 1e-6), 1.0)
+    return jax.tree.map(lambda g: g * coef, grads)
+
+
+def make_loss(model: Seq2SeqAlignment, method: str):
+    """(params, key, batch, kl_scale) → (loss to differentiate, −ELBO), summed over the batch."""
+    m = get_method(method)
+    model_fn = functools.partial(model.model, enumerate_z=m.enumerate_model)
+    annealed = m.anneal_rho is not None
+
+    def guide_fn(kl):
+        return functools.partial(model.guide, posterior=m.posterior,
+                                 enumerate_z=m.enumerate_guide, kl_scale=kl)
+
+    def mdl(kl):
+        return functools.partial(model_fn, kl_scale=kl)
+
+    if m.loss_kind == "score-function":
+        def loss(params, key, batch, kl):
+            base = 0.0
+            if m.baseline == "soft":
+                base = jax.lax.stop_gradient(model.soft_token_log_likelihood(params, batch))
+            return score_function_loss(key, params, mdl(1.0), guide_fn(1.0), batch, base)
+    elif m.loss_kind == "enumerated-guide":
+        def loss(params, key, batch, kl):
+            v = enumerated_guide_loss(key, params, mdl(1.0), guide_fn(1.0), batch)
+            return v, v
+    else:
+        elbo = m.elbo()
+
+        def loss(params, key, batch, kl):
+            kl = kl if annealed else 1.0
+            v = elbo.loss(key, {"seq2seq": params}, mdl(kl), guide_fn(kl), batch)
+            return v, v
+    return loss
+
+
+def make_step(model: Seq2SeqAlignment, method: str, clip: float):
+    loss = make_loss(model, method)
+
+    @jax.jit
+    def step(params, opt, key, batch, n_tokens, lr, kl):
+        (_, neg_elbo), grads = jax.value_and_grad(
+            lambda p: tuple(x / n_tokens for x in loss(p, key, batch, kl)), has_aux=True)(params)
+        grads = clip_grad_norm(grads, clip)
+        params, opt = adam_update(params, grads, opt, lr)
+        return params, opt, neg_elbo
+
+    return step
+
+
+def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab, tgt_vocab,
+        valid=None, lr: float = 3e-3, clip: float = 5.0, valid_every: int = 100,
+        resume: Run | None = None, progress: bool = True, out=None, config: dict | None = None,
+        lr_schedule: str = "cosine") -> Run:
+    """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model`` is the torch
+    ``Seq2SeqAlignment`` whose configuration and initial weights the run starts from."""
+    if resume is not None:
+        raise ValueError("--resume is supported by the pyro backend only")
+    if lr_schedule not in SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
+    if not train:
+        raise ValueError("no training batches")
+    m = get_method(method)
+    jm, params = Seq2SeqAlignment.from_torch(model)
+    rows = max(b.size for b in train)
+    jtrain = [to_jax(b, rows, MULTIPLE) for b in train]
+    step_fn = make_step(jm, method, clip)
+    opt = adam_init(params)
+    run = Run(model, method, src_vocab, tgt_vocab, dict(config or {}))
+    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every,
+                      lr_schedule=lr_schedule, backend="numpyro")
+    base_key = jax.random.PRNGKey(seed)
+    best, best_params = float("inf"), None
+    bar = tqdm(range(steps), disable=not progress, desc=f"{method} [numpyro]", leave=False)
+    t0, tokens = time.perf_counter(), 0
+    for step in bar:
+        epoch, pos = divmod(step, len(train))
+        i = _order(len(train), seed, epoch)[pos]
+        n_tok = train[i].n_tokens
+        params, opt, neg_elbo = step_fn(params, opt, jax.random.fold_in(base_key, step),
+                                        jtrain[i], float(n_tok),
+                                        lr * SCHEDULES[lr_schedule](step, steps),
+                                        m.kl_scale(step))
+        loss = float(neg_elbo)
+        tokens += n_tok
+        record = {"step": step + 1, "train_loss": loss}
+        if valid and ((step + 1) % valid_every == 0 or step + 1 == steps):
+            record["valid_nll"] = v = nll_per_token(run, valid, params=params)
+            if v < best:
+                best, best_params = v, params
+                run.extra["best_step"] = step + 1
+        run.history.append(record)
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
+    run.step = steps
+    run.extra.update(best_valid=best, ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps))
+    if best_params is not None:
+        run.extra["best_model"] = to_torch(best_params)
+    model.load_state_dict(to_torch(params))
+    model.eval()
+    if out is not None:
+        run.save(out)
+    return run

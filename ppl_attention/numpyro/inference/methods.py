@@ -1,0 +1,136 @@
+"""The methods registry for NumPyro, derived from the Pyro one
+(:data:`ppl_attention.inference.methods.METHODS`): the same names, families, guides,
+enumeration and KL annealing; the ELBO class is mapped to NumPyro's.
+
+Two gaps of NumPyro are filled here with the same maths as Pyro computes:
+
+- its ``TraceGraph_ELBO`` has no baselines and its ``Trace_ELBO`` gives a silently biased
+  gradient for a categorical guide site (DESIGN.md §5), so the REINFORCE methods
+  (``hard-sample``, ``vae-sample``) use :func:`score_function_loss`: the per-token surrogate of
+  Pyro's TraceGraph_ELBO with the same soft-attention baseline;
+- its ``TraceEnum_ELBO`` enumerates model sites only, so the methods that enumerate the
+  *guide* (``hard-enum``, ``vae-enum``) use :func:`enumerated_guide_loss`, the exact
+  Σ_z q(z)[log p(y, z) − log q(z)] that Pyro's TraceEnum_ELBO computes for them.
+
+``vae-rws`` has no NumPyro counterpart (NumPyro has no reweighted wake-sleep) and is refused
+with a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from numpyro import handlers
+from numpyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
+
+from ...inference import methods as pyro_methods
+from ..families import Family, from_torch_family
+
+PLATES = pyro_methods.PLATES
+
+_ELBOS = {"TraceEnum_ELBO": TraceEnum_ELBO, "Trace_ELBO": Trace_ELBO,
+          "TraceMeanField_ELBO": TraceMeanField_ELBO, "TraceGraph_ELBO": None}
+
+
+@dataclass(frozen=True)
+class Method:
+    """A Pyro :class:`~ppl_attention.inference.methods.Method` seen from NumPyro."""
+
+    spec: pyro_methods.Method
+    elbo_name: str
+
+    def __getattr__(self, item):  # name, posterior, enumerate_*, baseline, kl_scale …
+        return getattr(self.spec, item)
+
+    def family(self, hidden: int) -> Family:
+        return from_torch_family(self.spec.family(hidden))
+
+    @property
+    def loss_kind(self) -> str:
+        """``"score-function"``, ``"enumerated-guide"`` or ``"elbo"`` (a NumPyro ELBO object)."""
+        if self.elbo_name == "TraceGraph_ELBO":
+            return "score-function"
+        if self.spec.enumerate_guide:
+            return "enumerated-guide"
+        return "elbo"
+
+    def elbo(self):
+        if self.loss_kind != "elbo":
+            raise ValueError(f"{self.name} trains with {self.loss_kind} loss, not an ELBO object")
+        return make_elbo(self.elbo_name)
+
+
+def make_elbo(name: str):
+    """A NumPyro ELBO by its class name (only TraceEnum_ELBO takes ``max_plate_nesting``)."""
+    cls = _ELBOS[name]
+    return cls(max_plate_nesting=PLATES) if cls is TraceEnum_ELBO else cls()
+
+
+def _elbo_name(spec: pyro_methods.Method) -> str | None:
+    name = type(spec.elbo()).__name__
+    return name if name in _ELBOS else None
+
+
+METHODS: dict[str, Method] = {
+    name: Method(spec, _elbo_name(spec))
+    for name, spec in pyro_methods.METHODS.items() if _elbo_name(spec) is not None
+}
+
+
+def get_method(name: str) -> Method:
+    if name in METHODS:
+        return METHODS[name]
+    if name in pyro_methods.METHODS:
+        raise ValueError(f"method {name!r} has no NumPyro counterpart (NumPyro has no "
+                         f"reweighted wake-sleep); use --backend pyro, or one of "
+                         f"{', '.join(METHODS)}")
+    raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}")
+
+
+def _site_terms(trace, name):
+    site = trace[name]
+    lp = site["fn"].log_prob(site["value"])
+    return lp * site["scale"] if site.get("scale") is not None else lp
+
+
+def score_function_loss(rng_key, params, model, guide, batch, baseline):
+    """(surrogate loss, −ELBO), both summed over the batch, for a sampled categorical guide.
+
+    Per token, ℓ_t = log p(y_t | z_t) + log p(z_t | ·) − log q(z_t | ·) (the z_t are
+    conditionally independent given x, y, so ℓ_t is z_t's whole downstream cost, as Pyro's
+    TraceGraph_ELBO computes it under the target plate). The surrogate
+    −Σ_t [ℓ_t + stop_grad(ℓ_t − b_t) · log q(z_t)] has the REINFORCE gradient with baseline b.
+    """
+    sub = {"seq2seq": params}
+    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=sub), rng_key)).get_trace(
+        batch)
+    m = handlers.trace(handlers.replay(handlers.substitute(model, data=sub), g)).get_trace(batch)
+    log_q = _site_terms(g, "align")
+    elbo_t = _site_terms(m, "y") + _site_terms(m, "align") - log_q
+    mask = batch.tgt_mask
+    cost = jax.lax.stop_gradient(jnp.where(mask, elbo_t - baseline, 0.0))
+    surrogate = jnp.where(mask, elbo_t + cost * log_q, 0.0).sum()
+    return -surrogate, -jnp.where(mask, elbo_t, 0.0).sum()
+
+
+def enumerated_guide_loss(rng_key, params, model, guide, batch):
+    """−Σ_{b,t} Σ_j q(z_t = j)[log p(y_t | z_t = j) + log p(z_t = j) − log q(z_t = j)]: the exact
+    ELBO of a categorical guide, summed over the batch (Pyro: TraceEnum_ELBO with the guide
+    site enumerated). The model is run once with z = every source position, broadcast on a new
+    leftmost dim, exactly as parallel enumeration does."""
+    sub = {"seq2seq": params}
+    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=sub), rng_key)).get_trace(
+        batch)
+    S = batch.src.shape[-1]
+    support = jnp.arange(S).reshape(S, 1, 1)
+    conditioned = handlers.condition(handlers.substitute(model, data=sub), data={"align": support})
+    m = handlers.trace(handlers.seed(conditioned, rng_key)).get_trace(batch)
+    q_site = g["align"]
+    log_q = q_site["fn"].log_prob(support)
+    q = jnp.exp(log_q)
+    if q_site.get("scale") is not None:
+        log_q = log_q * q_site["scale"]
+    terms = q * (_site_terms(m, "y") + _site_terms(m, "align") - log_q)
+    return -jnp.where(batch.tgt_mask, terms.sum(0), 0.0).sum()

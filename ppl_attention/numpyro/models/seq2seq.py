@@ -1,0 +1,202 @@
+"""Seq2SeqAlignment for NumPyro: the model of :mod:`ppl_attention.models.seq2seq` (read its
+docstring for the maths), as pure JAX functions of a parameter dict keyed like the torch model's
+``state_dict()``, and the same ``model``/``guide`` programs with the site ``"align"``.
+
+``m, params = Seq2SeqAlignment.from_torch(torch_model)`` gives the twin of a trained torch model;
+``m.init_params(key)`` fresh weights. The programs read their weights from
+``numpyro.param("seq2seq", …)``, one pytree-valued parameter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpyro
+from numpyro import handlers
+
+from ..attend import attend
+from ..families import Categorical, Family, GaussianContext, from_torch_family, masked_softmax
+from ..nn import Params, bilstm, from_torch, init_linear, linear, lstm_cell, sub
+from ..scores import BilinearScore, make_score
+
+__all__ = ["Seq2SeqAlignment", "SITE"]
+
+SITE = "align"
+
+
+def _embed(params, name, ids):
+    return params[f"{name}.weight"][ids]
+
+
+def _init_lstm(key, prefix, d_in, hidden, suffixes):
+    p = {}
+    bound = 1.0 / hidden**0.5
+    for suffix in suffixes:
+        for kind, shape in (("weight_ih", (4 * hidden, d_in)), ("weight_hh", (4 * hidden, hidden)),
+                            ("bias_ih", (4 * hidden,)), ("bias_hh", (4 * hidden,))):
+            key, k = jax.random.split(key)
+            p[f"{prefix}.{kind}{suffix}"] = jax.random.uniform(k, shape, minval=-bound,
+                                                               maxval=bound)
+    return p
+
+
+class Seq2SeqAlignment:
+    """Same constructor as the torch model (``dropout`` must be 0 here: the mirror trains and
+    evaluates without it)."""
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 256, embed: int | None = None,
+                 score: str = "additive", family: Family | None = None, dropout: float = 0.0,
+                 q_prior: bool = True):
+        if hidden % 2:
+            raise ValueError(f"hidden must be even (a bidirectional encoder), got {hidden}")
+        if dropout:
+            raise ValueError("the NumPyro Seq2SeqAlignment has no dropout; use dropout=0")
+        embed = embed or hidden
+        self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
+                           score=score, dropout=dropout, q_prior=q_prior)
+        self.family = family if family is not None else Categorical()
+        self.hidden, self.embed, self.q_prior = hidden, embed, q_prior
+        self.score = make_score(score, hidden, hidden)
+        self.q_score = BilinearScore(hidden, hidden)
+        self.params: Params | None = None
+
+    @classmethod
+    def from_torch(cls, torch_model) -> tuple[Seq2SeqAlignment, Params]:
+        """The NumPyro twin of a torch ``Seq2SeqAlignment`` and its weights."""
+        m = cls(family=from_torch_family(torch_model.family), **torch_model.config)
+        m.params = from_torch(torch_model.state_dict())
+        return m, m.params
+
+    def init_params(self, key) -> Params:
+        c, h, e = self.config, self.hidden, self.embed
+        ks = iter(jax.random.split(key, 16))
+        p = {"src_emb.weight": jax.random.normal(next(ks), (c["src_vocab"], e)),
+             "tgt_emb.weight": jax.random.normal(next(ks), (c["tgt_vocab"], e)),
+             "q_emb.weight": jax.random.normal(next(ks), (c["tgt_vocab"], e))}
+        p |= _init_lstm(next(ks), "encoder", e, h // 2, ("_l0", "_l0_reverse"))
+        p |= _init_lstm(next(ks), "q_encoder", e, h // 2, ("_l0", "_l0_reverse"))
+        p |= _init_lstm(next(ks), "decoder", e + h, h, ("",))
+        p |= {f"score.{k}": v for k, v in self.score.init(next(ks)).items()}
+        p |= {f"q_score.{k}": v for k, v in self.q_score.init(next(ks)).items()}
+        p |= init_linear(next(ks), "W_ch", h, h) | init_linear(next(ks), "W_cv", h, h, bias=False)
+        p |= init_linear(next(ks), "W_o", h, c["tgt_vocab"])
+        p |= init_linear(next(ks), "q_scale", h, h)
+        p |= {f"family.{k}": v for k, v in self.family.init(next(ks)).items()}
+        self.params = p
+        return p
+
+    # --- deterministic network ------------------------------------------------------------
+    def encode(self, params: Params, src, src_mask):
+        """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding)."""
+        return bilstm(params, "encoder", _embed(params, "src_emb", src), src_mask)
+
+    def decode(self, params: Params, H, src_mask, tgt_in):
+        """Decoder states ``[B, T, h]``, prior scores ``[B, T, S]``, soft contexts ``[B, T, h]``;
+        input feeding with the prior's soft context c̄_{t−1}."""
+        B = tgt_in.shape[0]
+        emb = _embed(params, "tgt_emb", tgt_in)
+        score_p = sub(params, "score")
+        zeros = jnp.zeros((B, self.hidden), H.dtype)
+
+        def step(carry, x):
+            h, c, ctx = carry
+            h, c = lstm_cell(params, "", jnp.concatenate([x, ctx], -1), (h, c), "decoder.")
+            e = self.score(score_p, h[:, None], H)[:, 0]
+            ctx = (masked_softmax(e, src_mask)[:, None] @ H)[:, 0]
+            return (h, c, ctx), (h, e, ctx)
+
+        _, (hs, es, cs) = jax.lax.scan(step, (zeros, zeros, zeros), jnp.swapaxes(emb, 0, 1))
+        return tuple(jnp.swapaxes(a, 0, 1) for a in (hs, es, cs))
+
+    def emission_log_prob(self, params: Params, h, v, y):
+        """log softmax(W_o tanh(W_ch h + W_cv v))_y, broadcasting enumeration dims of ``v``."""
+        logits = linear(params, "W_o", jnp.tanh(linear(params, "W_ch", h)
+                                                + linear(params, "W_cv", v)))
+        logp = jax.nn.log_softmax(logits, -1)
+        y = jnp.broadcast_to(y, logp.shape[:-1])
+        return jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
+
+    def prior_and_emissions(self, params: Params, batch):
+        """Log prior ``[B, T, S]`` and log p(y_t | h_t, H_j) for every j ``[B, T, S]``."""
+        H = self.encode(params, batch.src, batch.src_mask)
+        h, e, _ = self.decode(params, H, batch.src_mask, batch.tgt_in)
+        log_prior = jax.nn.log_softmax(jnp.where(batch.src_mask[:, None], e, -jnp.inf), -1)
+        emis = self.emission_log_prob(params, h[:, :, None], H[:, None], batch.tgt_out[..., None])
+        return log_prior, emis
+
+    def exact_token_log_likelihood(self, params: Params, batch):
+        """log p(y_t | x, y<t) ``[B, T]``, 0 on padding."""
+        log_prior, emis = self.prior_and_emissions(params, batch)
+        ll = jax.nn.logsumexp(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
+        return jnp.where(batch.tgt_mask, ll, 0.0)
+
+    def exact_posterior(self, params: Params, batch):
+        """p(z_t = j | x, y) ``[B, T, S]``."""
+        log_prior, emis = self.prior_and_emissions(params, batch)
+        return jax.nn.softmax(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
+
+    def soft_token_log_likelihood(self, params: Params, batch):
+        H = self.encode(params, batch.src, batch.src_mask)
+        h, _, c = self.decode(params, H, batch.src_mask, batch.tgt_in)
+        return jnp.where(batch.tgt_mask, self.emission_log_prob(params, h, c, batch.tgt_out), 0.0)
+
+    def inference_scores(self, params: Params, batch, H):
+        """q's scores: BiLSTM over the whole target, bilinear with H (+ the prior's scores when
+        ``q_prior``)."""
+        G = bilstm(params, "q_encoder", _embed(params, "q_emb", batch.tgt_out), batch.tgt_mask)
+        scores = self.q_score(sub(params, "q_score"), G, H)
+        if self.q_prior:
+            scores = scores + self.decode(params, H, batch.src_mask, batch.tgt_in)[1]
+        return scores
+
+    # --- probabilistic program ------------------------------------------------------------
+    def _plates(self, batch):
+        B, T = batch.tgt_out.shape
+        return numpyro.plate("batch", B, dim=-2), numpyro.plate("target", T, dim=-1)
+
+    @staticmethod
+    def _scale(kl_scale):
+        if isinstance(kl_scale, (int, float)) and kl_scale == 1.0:
+            return contextlib.nullcontext()
+        return handlers.scale(scale=kl_scale)
+
+    def model(self, batch, *, enumerate_z: bool = False, kl_scale=1.0):
+        """p(y, z | x); ``enumerate_z``: parallel enumeration of the alignment."""
+        p = numpyro.param("seq2seq", self.params)
+        H = self.encode(p, batch.src, batch.src_mask)
+        h, e, _ = self.decode(p, H, batch.src_mask, batch.tgt_in)
+        plate_b, plate_t = self._plates(batch)
+        with plate_b, plate_t:
+            with self._scale(kl_scale):
+                # enumerated: unmasked, so a padded target adds log Σ_z p(z) = 0 (torch side)
+                v, _ = attend(SITE, e, H, self.family, mask=batch.src_mask, keys=H,
+                              target_mask=None if enumerate_z else batch.tgt_mask,
+                              params=sub(p, "family"),
+                              infer={"enumerate": "parallel"} if enumerate_z else None)
+            lp = self.emission_log_prob(p, h, v, batch.tgt_out)
+            numpyro.factor("y", jnp.where(batch.tgt_mask, lp, 0.0))
+
+    def guide(self, batch, *, posterior: str = "inference", enumerate_z: bool = False,
+              kl_scale=1.0):
+        """q(z | x, y): ``"inference"``, ``"prior"`` or ``"none"`` as on the torch side."""
+        if posterior == "none":
+            return
+        p = numpyro.param("seq2seq", self.params)
+        H = self.encode(p, batch.src, batch.src_mask)
+        if posterior == "prior":
+            scores = self.decode(p, H, batch.src_mask, batch.tgt_in)[1]
+        elif posterior == "inference":
+            scores = self.inference_scores(p, batch, H)
+        else:
+            raise ValueError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
+        scale_arg = None
+        if isinstance(self.family, GaussianContext):
+            mean = masked_softmax(scores, batch.src_mask[:, None]) @ H
+            scale_arg = jax.nn.softplus(linear(p, "q_scale", mean)) + 1e-4
+        plate_b, plate_t = self._plates(batch)
+        with plate_b, plate_t, self._scale(kl_scale):
+            attend(SITE, scores, H, self.family, mask=batch.src_mask, keys=H, guide=True,
+                   target_mask=batch.tgt_mask, scale=scale_arg,
+                   infer={"enumerate": "parallel"} if enumerate_z else None)

@@ -1,0 +1,102 @@
+"""The networks of the NumPyro mirror as plain JAX functions over parameter dicts.
+
+Parameters live in a flat dict keyed exactly like the torch modules' ``state_dict()``
+(``"encoder.weight_ih_l0"``, ``"score.W.weight"``, …), arrays in torch's layout (a Linear's
+weight is ``[out, in]``; LSTM gates in torch's order i, f, g, o). Weights therefore move between
+the backends by name with no conversion table: :func:`from_torch` / :func:`to_torch`, and a run
+directory's ``checkpoint.pt`` is read and written by both.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Params = dict[str, jnp.ndarray]
+
+
+def from_torch(state_dict, prefix: str = "") -> Params:
+    """torch ``state_dict`` (or the part under ``prefix``) → dict of jnp float32 arrays."""
+    out = {}
+    for k, v in state_dict.items():
+        if k.startswith(prefix):
+            out[k[len(prefix):]] = jnp.asarray(v.detach().cpu().numpy())
+    return out
+
+
+def to_torch(params: Params, prefix: str = "") -> dict:
+    """dict of jnp arrays → a torch ``state_dict`` (float32 tensors)."""
+    import torch
+
+    return {prefix + k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in params.items()}
+
+
+def sub(params: Params, prefix: str) -> Params:
+    """The entries under ``prefix.`` with the prefix removed (a submodule's parameters)."""
+    p = prefix + "."
+    return {k[len(p):]: v for k, v in params.items() if k.startswith(p)}
+
+
+def linear(params: Params, name: str, x: jnp.ndarray) -> jnp.ndarray:
+    """torch.nn.Linear: ``x @ W.T + b`` (bias optional)."""
+    y = x @ params[f"{name}.weight"].T
+    b = params.get(f"{name}.bias")
+    return y if b is None else y + b
+
+
+def init_linear(key, name: str, d_in: int, d_out: int, bias: bool = True) -> Params:
+    """torch's default Linear init: U(−1/√d_in, 1/√d_in) for weight and bias."""
+    k1, k2 = jax.random.split(key)
+    bound = 1.0 / math.sqrt(d_in)
+    p = {f"{name}.weight": jax.random.uniform(k1, (d_out, d_in), minval=-bound, maxval=bound)}
+    if bias:
+        p[f"{name}.bias"] = jax.random.uniform(k2, (d_out,), minval=-bound, maxval=bound)
+    return p
+
+
+def lstm_cell(params: Params, suffix: str, x, state, prefix: str = ""):
+    """One torch LSTM(Cell) step; gates i, f, g, o. ``prefix`` e.g. ``"decoder."``, ``suffix``
+    e.g. ``"_l0"`` (nn.LSTM) or ``""`` (nn.LSTMCell)."""
+    h, c = state
+    gates = (x @ params[f"{prefix}weight_ih{suffix}"].T + params[f"{prefix}bias_ih{suffix}"]
+             + h @ params[f"{prefix}weight_hh{suffix}"].T + params[f"{prefix}bias_hh{suffix}"])
+    i, f, g, o = jnp.split(gates, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return h, c
+
+
+def _run(params, prefix, suffix, xs, mask):
+    """Scan an LSTM over ``xs [B, L, d]`` from a zero state; the state is held where ``mask`` is
+    False (padding after a sequence's end), outputs there are 0."""
+    B = xs.shape[0]
+    hidden = params[f"{prefix}weight_hh{suffix}"].shape[1]
+    zeros = jnp.zeros((B, hidden), xs.dtype)
+
+    def step(state, inp):
+        x, m = inp
+        h, c = lstm_cell(params, suffix, x, state, prefix)
+        m = m[:, None]
+        state = (jnp.where(m, h, state[0]), jnp.where(m, c, state[1]))
+        return state, jnp.where(m, h, 0.0)
+
+    _, out = jax.lax.scan(step, (zeros, zeros), (jnp.swapaxes(xs, 0, 1), mask.T))
+    return jnp.swapaxes(out, 0, 1)
+
+
+def bilstm(params: Params, prefix: str, xs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    """A one-layer bidirectional torch ``nn.LSTM`` over packed sequences: ``xs [B, L, d]``,
+    ``mask [B, L]`` (a prefix of True per row) → ``[B, L, 2·h]``, 0 on padding. The backward
+    direction starts at each row's last real token, as ``pack_padded_sequence`` makes it."""
+    lengths = mask.sum(-1)
+    L = xs.shape[1]
+    pos = jnp.arange(L)[None, :]
+    rev = jnp.where(pos < lengths[:, None], lengths[:, None] - 1 - pos, pos)  # reverse in-length
+    fwd = _run(params, prefix + ".", "_l0", xs, mask)
+    xs_rev = jnp.take_along_axis(xs, rev[..., None], axis=1)
+    bwd = _run(params, prefix + ".", "_l0_reverse", xs_rev, mask)
+    bwd = jnp.take_along_axis(bwd, rev[..., None], axis=1)
+    return jnp.concatenate([fwd, bwd], -1)

@@ -1,0 +1,129 @@
+"""Alignment scores for the NumPyro mirror: the same names, shapes and maths as
+:mod:`ppl_attention.scores`, as stateless objects over parameter dicts keyed like the torch
+modules' ``state_dict()`` (``"W.weight"``, ``"U.weight"``, ``"v.weight"``, …).
+
+``score = AdditiveScore(dq, dk); params = score.init(key); e = score(params, queries, keys)``:
+queries ``[..., T, dq]``, keys ``[..., S, dk]`` → scores ``[..., T, S]`` (multi-head:
+``[..., H, T, S]``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from .nn import Params, init_linear, linear
+
+__all__ = ["AdditiveScore", "BilinearScore", "DotScore", "ScaledDotScore", "MultiHeadScore",
+           "SCORES", "make_score"]
+
+
+def _check_qk(queries, keys, dq, dk) -> None:
+    if queries.ndim < 2 or keys.ndim < 2:
+        raise ValueError(
+            f"queries and keys need at least 2 dims ([..., T, dq] and [..., S, dk]); "
+            f"got queries {list(queries.shape)} and keys {list(keys.shape)}")
+    if dq is not None and queries.shape[-1] != dq:
+        raise ValueError(f"queries: last dim should be {dq}, got shape {list(queries.shape)}")
+    if dk is not None and keys.shape[-1] != dk:
+        raise ValueError(f"keys: last dim should be {dk}, got shape {list(keys.shape)}")
+
+
+class AdditiveScore:
+    """``e_ts = vᵀ tanh(W q_t + U k_s + b)`` (Bahdanau et al. 2015, eq. 6)."""
+
+    def __init__(self, query_dim: int, key_dim: int, hidden: int | None = None):
+        self.query_dim, self.key_dim = query_dim, key_dim
+        self.hidden = hidden or max(query_dim, key_dim)
+
+    def init(self, key) -> Params:
+        k1, k2, k3 = jax.random.split(key, 3)
+        return {**init_linear(k1, "W", self.query_dim, self.hidden),
+                **init_linear(k2, "U", self.key_dim, self.hidden, bias=False),
+                **init_linear(k3, "v", self.hidden, 1, bias=False)}
+
+    def __call__(self, params: Params, queries, keys):
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        wq = linear(params, "W", queries)[..., :, None, :]
+        uk = linear(params, "U", keys)[..., None, :, :]
+        return linear(params, "v", jnp.tanh(wq + uk))[..., 0]
+
+
+class BilinearScore:
+    """``e_ts = q_tᵀ W k_s`` (Luong et al. 2015, "general")."""
+
+    def __init__(self, query_dim: int, key_dim: int):
+        self.query_dim, self.key_dim = query_dim, key_dim
+
+    def init(self, key) -> Params:
+        return init_linear(key, "W", self.key_dim, self.query_dim, bias=False)
+
+    def __call__(self, params: Params, queries, keys):
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        return queries @ jnp.swapaxes(linear(params, "W", keys), -1, -2)
+
+
+class DotScore:
+    """``e_ts = q_tᵀ k_s`` (no parameters)."""
+
+    def __init__(self, query_dim: int | None = None, key_dim: int | None = None):
+        if query_dim is not None and key_dim is not None and query_dim != key_dim:
+            raise ValueError(f"dot score needs query_dim == key_dim, got {query_dim} and {key_dim}")
+        self.query_dim, self.key_dim = query_dim, key_dim
+
+    def init(self, key) -> Params:
+        return {}
+
+    def __call__(self, params: Params, queries, keys):
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        if queries.shape[-1] != keys.shape[-1]:
+            raise ValueError(f"dot score needs equal query and key sizes: queries "
+                             f"{list(queries.shape)}, keys {list(keys.shape)}")
+        return queries @ jnp.swapaxes(keys, -1, -2)
+
+
+class ScaledDotScore(DotScore):
+    """``e_ts = q_tᵀ k_s / √d`` (Vaswani et al. 2017, eq. 1)."""
+
+    def __call__(self, params: Params, queries, keys):
+        return super().__call__(params, queries, keys) / math.sqrt(queries.shape[-1])
+
+
+class MultiHeadScore:
+    """H heads of scaled dot product on projections ``Wq``, ``Wk`` → ``[..., H, T, S]``."""
+
+    def __init__(self, query_dim: int, key_dim: int, heads: int = 4, model_dim: int | None = None):
+        model_dim = model_dim or query_dim
+        if heads < 1 or model_dim % heads:
+            raise ValueError(f"model_dim={model_dim} must be a positive multiple of heads={heads}")
+        self.query_dim, self.key_dim, self.heads = query_dim, key_dim, heads
+        self.model_dim, self.head_dim = model_dim, model_dim // heads
+
+    def init(self, key) -> Params:
+        k1, k2 = jax.random.split(key)
+        return {**init_linear(k1, "Wq", self.query_dim, self.model_dim, bias=False),
+                **init_linear(k2, "Wk", self.key_dim, self.model_dim, bias=False)}
+
+    def _split(self, x):
+        x = x.reshape(*x.shape[:-1], self.heads, self.head_dim)
+        return jnp.moveaxis(x, -2, -3)
+
+    def __call__(self, params: Params, queries, keys):
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        q = self._split(linear(params, "Wq", queries))
+        k = self._split(linear(params, "Wk", keys))
+        return q @ jnp.swapaxes(k, -1, -2) / math.sqrt(self.head_dim)
+
+
+SCORES = {"additive": AdditiveScore, "bilinear": BilinearScore, "dot": DotScore,
+          "scaled-dot": ScaledDotScore, "multi-head": MultiHeadScore}
+
+
+def make_score(name: str, query_dim: int, key_dim: int, **kwargs):
+    try:
+        cls = SCORES[name]
+    except KeyError:
+        raise ValueError(f"unknown score {name!r}; valid: {', '.join(SCORES)}") from None
+    return cls(query_dim, key_dim, **kwargs)
