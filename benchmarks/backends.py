@@ -1,0 +1,105 @@
+"""Pyro against NumPyro on the same Seq2SeqAlignment: ms per loss+gradient step of each method
+and backend at two sizes, NumPyro's first-call compile time, and the ratios NumPyro /
+hand-written JAX, Pyro / hand-written torch and NumPyro / Pyro.
+
+    python benchmarks/backends.py [--reps 5] [--sizes small,large] [--methods exact,soft,...]
+
+small: batch 16, source 8, target 8, vocab 50, hidden 32; large: batch 64, source 20, target 20,
+vocab 1000, hidden 256. The hand-written steps compute −Σ log Σ_j p(z_t = j) p(y_t | z_t = j)
+of the same network directly (log-softmax + logsumexp) with its gradient: torch eager, and JAX
+under ``jax.jit``. The NumPyro step is the method's loss under ``jax.jit`` (value and gradient);
+the Pyro step is ``loss_and_grads``. Medians of one run; quote ratios, not times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import pyro
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seq2seq_methods import median_ms, synthetic_batch  # noqa: E402
+
+from ppl_attention.inference.methods import get_method, loss_and_grads  # noqa: E402
+from ppl_attention.models import Seq2SeqAlignment  # noqa: E402
+from ppl_attention.numpyro.batching import to_jax  # noqa: E402
+from ppl_attention.numpyro.inference.fit import make_loss  # noqa: E402
+from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel  # noqa: E402
+
+SIZES = {"small": dict(batch=16, src=8, tgt=8, vocab=50, hidden=32),
+         "large": dict(batch=64, src=20, tgt=20, vocab=1000, hidden=256)}
+METHODS = ["soft", "exact", "vae-enum", "vae-sample", "dirichlet", "bam-weibull",
+           "bam-lognormal", "gaussian-context"]
+
+
+def jax_timed(fn, reps):
+    """(first-call seconds including compilation, median ms of later calls)."""
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    first = time.perf_counter() - t
+    return first, median_ms(lambda: jax.block_until_ready(fn()), reps, warmup=0)
+
+
+def bench_size(name, size, methods, reps):
+    batch = synthetic_batch(size["batch"], size["src"], size["tgt"], size["vocab"])
+    jb = to_jax(batch)
+
+    def build(method):
+        torch.manual_seed(0)
+        return Seq2SeqAlignment(size["vocab"], size["vocab"], hidden=size["hidden"],
+                                family=get_method(method).family(size["hidden"]))
+
+    reference = build("exact")
+
+    def hand_torch():
+        reference.zero_grad()
+        (-reference.exact_token_log_likelihood(batch).sum()).backward()
+
+    base_torch = median_ms(hand_torch, reps)
+    jm, params = JaxModel.from_torch(reference)
+    hand_jax = jax.jit(jax.value_and_grad(lambda p: -jm.exact_token_log_likelihood(p, jb).sum()))
+    _, base_jax = jax_timed(lambda: hand_jax(params), reps)
+    print(f"\n{name}: batch {size['batch']}, source {size['src']}, target {size['tgt']}, vocab "
+          f"{size['vocab']}, hidden {size['hidden']}; medians of {reps}")
+    print(f"hand-written torch {base_torch:.1f} ms, hand-written JAX (jit) {base_jax:.1f} ms")
+    print(f"{'method':<18}{'Pyro ms':>9}{'NumPyro ms':>12}{'compile s':>11}"
+          f"{'Pyro/torch':>12}{'NumPyro/JAX':>13}{'NumPyro/Pyro':>14}")
+    for method in methods:
+        m = get_method(method)
+        model = build(method)
+        elbo = m.elbo()
+        pyro.clear_param_store()
+
+        def pyro_step(m=m, elbo=elbo, model=model):
+            model.zero_grad()
+            loss_and_grads(m, elbo, model, batch, 1000, avg_baseline=-3.0)
+
+        pyro_ms = median_ms(pyro_step, reps)
+        jm, params = JaxModel.from_torch(model)
+        loss = make_loss(jm, method)
+        step = jax.jit(jax.value_and_grad(lambda p, key, loss=loss: loss(p, key, jb, 1.0)[0]))
+        key = jax.random.PRNGKey(0)
+        compile_s, np_ms = jax_timed(lambda s=step, p=params, k=key: s(p, k), reps)
+        print(f"{method:<18}{pyro_ms:>9.1f}{np_ms:>12.1f}{compile_s:>11.1f}"
+              f"{pyro_ms / base_torch:>12.2f}{np_ms / base_jax:>13.2f}{np_ms / pyro_ms:>14.2f}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--sizes", default="small,large")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    args = ap.parse_args(argv)
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), pyro {pyro.__version__},"
+          f" jax {jax.__version__} on {jax.devices()[0].platform}")
+    for name in args.sizes.split(","):
+        bench_size(name, SIZES[name], args.methods.split(","), args.reps)
+
+
+if __name__ == "__main__":
+    main()
