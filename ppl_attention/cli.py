@@ -149,6 +149,98 @@ def cmd_align(args) -> int:
     return 0
 
 
+def _analysis_split(run: Run, args) -> Split:
+    split = _eval_split(run, args)
+    n_unk = n_tok = 0
+    for pair in split.pairs:
+        for side, vocab in ((pair[0], run.src_vocab), (pair[1], run.tgt_vocab)):
+            n_tok += len(side)
+            n_unk += vocab.encode(list(side))[1]
+    if n_tok and n_unk / n_tok > 0.5:
+        where = args.data or args.data_dir or "the data"
+        raise DataError(f"{where}: {n_unk} of {n_tok} tokens are not in the run's vocabulary — "
+                        f"this data does not fit the run {args.run}")
+    if n_unk:
+        print(f"note: {n_unk} token(s) unseen in training were mapped to <unk>", file=sys.stderr)
+    return split
+
+
+def cmd_analyze(args) -> int:
+    import os
+    import tempfile
+
+    from .analysis import guide_diagnostics, plot_entropy, plot_pair_heatmaps, to_inference_data
+
+    if args.num_samples <= 0:
+        raise ValueError(f"--num-samples must be at least 1, got {args.num_samples}")
+    run = Run.load(args.run)
+    split = _analysis_split(run, args)
+    if not 0 <= args.pair < len(split.pairs):
+        raise ValueError(f"--pair {args.pair} is out of range: the data has {len(split.pairs)} "
+                         f"pairs")
+    idata = to_inference_data(run, split.pairs, num_samples=args.num_samples, seed=args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".posterior.nc.tmp-")
+    os.close(fd)
+    try:
+        idata.to_netcdf(tmp)
+        os.replace(tmp, out / "posterior.nc")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    written = [out / "posterior.nc"]
+    plot_pair_heatmaps(idata, args.pair, out / f"pair{args.pair}_heatmaps.png")
+    plot_entropy(idata, out / "entropy.png")
+    written += [out / f"pair{args.pair}_heatmaps.png", out / "entropy.png"]
+    if split.gold is not None and run.model.family.name != "soft" and args.num_samples >= 2:
+        diag = guide_diagnostics(run, split.pairs, split.gold, num_samples=args.num_samples,
+                                 seed=args.seed)
+        atomic_write_text(out / "diagnostics.json", json.dumps(diag, indent=1) + "\n")
+        written.append(out / "diagnostics.json")
+    for w in written:
+        print(f"wrote {w}")
+    return 0
+
+
+DIAG_COLUMNS = [("kl_exact_q", "KL(exact ‖ q)/token"), ("expected_aer", "E_q[AER]"),
+                ("khat_share", "share k̂ > 0.7"), ("iwae_gap", "log p − IWAE"),
+                ("elbo_gap", "log p − ELBO")]
+
+
+def cmd_diagnose(args) -> int:
+    from .analysis import guide_diagnostics
+
+    if args.num_samples < 2:
+        raise ValueError(f"--num-samples must be at least 2, got {args.num_samples}")
+    rows = []
+    for path in args.runs:
+        run = Run.load(path)
+        args.run = path
+        split = _analysis_split(run, args)
+        if split.gold is None:
+            raise DataError(f"{path}: diagnostics need gold alignments (--gold, a --data-dir "
+                            f"with test.align, or a built-in task)")
+        print(f"[diagnose] {path}", file=sys.stderr)
+        rows.append(guide_diagnostics(run, split.pairs, split.gold,
+                                      num_samples=args.num_samples, seed=args.seed))
+    md = [f"Guide diagnostics, {args.num_samples} draws of q per pair; per token; log p exact "
+          f"where enumerable, else IWAE-{args.num_samples} (then the last column is "
+          f"IWAE − ELBO).", "",
+          "| method | " + " | ".join(h for _, h in DIAG_COLUMNS) + " |",
+          "|---|" + "---|" * len(DIAG_COLUMNS)]
+    for r in rows:
+        cells = ["—" if r[k] is None else f"{r[k]:.3f}" for k, _ in DIAG_COLUMNS]
+        if not r["log_lik_exact"]:  # log p is itself IWAE-K there: only log p − ELBO is news
+            cells[3] = "—"
+        md.append(f"| {r['method']} | " + " | ".join(cells) + " |")
+    print("\n".join(md))
+    if args.out:
+        atomic_write_text(Path(args.out), "\n".join(md) + "\n")
+        atomic_write_text(Path(args.out).with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
 def _mean_sd(xs):
     xs = [x for x in xs if x is not None]
     if not xs:
@@ -165,6 +257,10 @@ def _compare_job(args, method: str, seed: int, out: Path, threads: int | None):
     """One (method, seed) run of ``compare``; top level so a worker process can run it."""
     if threads is not None:
         torch.set_num_threads(threads)
+        if threads == 1 and "jax" not in sys.modules:  # XLA reads its flags at import
+            import os
+
+            os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     run, report = train_one(args, method, seed, out, progress=threads is None)
     return run.history, report
 
@@ -316,6 +412,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True)
     _add_backend(p)
     p.set_defaults(fn=cmd_align)
+
+    p = sub.add_parser("analyze", help="posterior.nc (ArviZ) and figures of a run's alignments")
+    p.add_argument("run")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--data-dir")
+    g.add_argument("--data", help="a TSV file")
+    p.add_argument("--gold", help="Pharaoh alignments for --data")
+    p.add_argument("--out", required=True)
+    p.add_argument("--num-samples", type=int, default=100)
+    p.add_argument("--pair", type=int, default=0, help="the pair drawn as heatmaps")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_analyze)
+
+    p = sub.add_parser("diagnose", help="guide-vs-exact diagnostics table of several runs")
+    p.add_argument("runs", nargs="+")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--data-dir")
+    g.add_argument("--data", help="a TSV file")
+    p.add_argument("--gold", help="Pharaoh alignments for --data")
+    p.add_argument("--num-samples", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the table (.md) and the numbers (.json) here")
+    p.set_defaults(fn=cmd_diagnose)
 
     p = sub.add_parser("compare", help="train several methods × seeds, tabulate and plot")
     _add_data_source(p)

@@ -33,8 +33,9 @@ def _guide_kwargs(run: Run) -> dict:
     return dict(posterior=m.posterior if m.posterior != "none" else "inference")
 
 
-def iwae_log_likelihood(run: Run, batch: Batch, k: int = 10) -> torch.Tensor:
-    """log (1/K) Σ_k p(y, z_k | x) / q(z_k | x, y) per pair ``[B]`` (a lower bound on log p)."""
+def log_importance_weights(run: Run, batch: Batch, k: int = 10) -> torch.Tensor:
+    """log p(y, z_k | x) − log q(z_k | x, y) for K draws z_k ~ q, per pair ``[K, B]``. For a
+    categorical alignment sampled in the guide, each draw is a full alignment."""
     model, gk = run.model, _guide_kwargs(run)
     weights = []
     for _ in range(k):
@@ -47,7 +48,12 @@ def iwae_log_likelihood(run: Run, batch: Batch, k: int = 10) -> torch.Tensor:
         lw = lw - sum(site["log_prob"].sum(-1) for site in g.nodes.values()
                       if site["type"] == "sample" and "log_prob" in site)
         weights.append(lw)
-    return torch.stack(weights).logsumexp(0) - math.log(k)
+    return torch.stack(weights)
+
+
+def iwae_log_likelihood(run: Run, batch: Batch, k: int = 10) -> torch.Tensor:
+    """log (1/K) Σ_k p(y, z_k | x) / q(z_k | x, y) per pair ``[B]`` (a lower bound on log p)."""
+    return log_importance_weights(run, batch, k).logsumexp(0) - math.log(k)
 
 
 @torch.no_grad()

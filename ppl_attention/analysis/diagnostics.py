@@ -1,0 +1,108 @@
+"""How close a trained guide q(z | x, y) is to the exact posterior p(z | x, y), per method.
+
+For each pair, K alignments z_k ~ q and their log importance weights
+log w_k = log p(y, z_k | x) − log q(z_k | x, y) (:func:`~ppl_attention.inference.evaluate.
+log_importance_weights`). Reported, per token or as shares of pairs:
+
+- ``kl_exact_q``: mean over tokens of KL(p(z_t | x, y) ‖ q(z_t | x, y)) — categorical models
+  with a guide (the exact posterior is enumerable); None otherwise;
+- ``expected_aer``: the AER of q's draws against gold, averaged over draws (a draw of a
+  continuous family aligns each target token to its largest weight);
+- ``khat_share``: share of pairs whose PSIS k̂ (``az.psislw`` on the K weights) exceeds 0.7 —
+  importance sampling from q is unreliable there (Vehtari et al. 2015);
+- ``elbo``: mean log w per token; ``log_lik``: exact log p(y | x) per token where enumerable,
+  else the IWAE-K estimate; ``iwae_gap``: ``log_lik − iwae_K``, and ``elbo_gap``:
+  ``log_lik − elbo`` (both ≥ 0 in expectation where log_lik is exact).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyro
+import torch
+from pyro import poutine
+
+from ..data.batching import make_batches
+from ..inference.evaluate import _guide_kwargs, log_importance_weights
+from ..metrics import aer
+
+__all__ = ["guide_diagnostics", "KHAT_THRESHOLD"]
+
+KHAT_THRESHOLD = 0.7
+
+
+@torch.no_grad()
+def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0) -> dict:
+    """Diagnostics of ``run``'s guide on ``pairs`` with ``gold`` alignments (lists of
+    (source, target) link sets); see the module docstring."""
+    import arviz as az
+
+    if not isinstance(num_samples, int) or num_samples < 2:
+        raise ValueError(f"num_samples must be an int ≥ 2, got {num_samples!r}")
+    pairs = getattr(pairs, "pairs", pairs)
+    model = run.model
+    model.eval()
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    kind = model.family.name
+    if kind == "soft":
+        raise ValueError("soft attention has no latent alignment to diagnose")
+    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
+    kl_sum, n_tok, log_lik, elbo, iwae = 0.0, 0, 0.0, 0.0, 0.0
+    khat, draw_links = [], {k: {} for k in range(num_samples)}
+    gk = _guide_kwargs(run)
+    for b in batches:
+        lw = log_importance_weights(run, b, num_samples)  # [K, B]
+        n_tok += b.n_tokens
+        elbo += float(lw.mean(0).sum())
+        iw = lw.logsumexp(0) - math.log(num_samples)
+        iwae += float(iw.sum())
+        _, k = az.psislw(lw.T.numpy().astype(np.float64))
+        khat.extend(np.atleast_1d(k).tolist())
+        H = model.encode(b.src, b.src_mask)
+        smask = b.src_mask[:, None].expand(b.tgt_out.shape + b.src.shape[1:])
+        if kind == "categorical":
+            log_lik += float(model.exact_token_log_likelihood(b).sum())
+            scores = (model.inference_scores(b, H) if gk["posterior"] == "inference"
+                      else model.decode(H, b.src_mask, b.tgt_in)[1])
+            log_q = torch.where(smask, scores, -torch.inf).log_softmax(-1)
+            exact = model.exact_posterior(b)
+            terms = torch.where(exact > 0, exact * (exact.clamp_min(1e-30).log() - log_q),
+                                torch.zeros_like(exact))
+            kl_sum += float(terms.sum(-1).masked_fill(~b.tgt_mask, 0).sum())
+            q = log_q.exp().reshape(-1, log_q.shape[-1])
+            draws = torch.multinomial(q, num_samples, replacement=True).T.reshape(
+                num_samples, *log_q.shape[:-1])
+        else:
+            log_lik += float(iw.sum())
+            ws = []
+            for _ in range(num_samples):
+                value = poutine.trace(model.guide).get_trace(b, **gk).nodes["align"]["value"]
+                ws.append(model.family.weights(value, None, smask).argmax(-1))
+            draws = torch.stack(ws)
+        lengths = (b.tgt_mask.sum(-1) - 1).tolist()
+        for r, idx in enumerate(b.index.tolist()):
+            for kk in range(num_samples):
+                draw_links[kk][idx] = {(int(draws[kk, r, j]), j) for j in range(lengths[r])}
+    order = sorted(draw_links[0])
+    expected_aer = float(np.mean([aer([d[i] for i in order], [gold[i] for i in order])
+                                  for d in draw_links.values()]))
+    khat = np.asarray(khat)
+    return {
+        "method": run.method,
+        "kl_exact_q": kl_sum / n_tok if kind == "categorical" else None,
+        "expected_aer": expected_aer,
+        "khat_share": float(np.mean(khat > KHAT_THRESHOLD)),
+        "khat_median": float(np.median(khat)),
+        "log_lik": log_lik / n_tok,
+        "log_lik_exact": kind == "categorical",
+        "elbo": elbo / n_tok,
+        "iwae": iwae / n_tok,
+        "iwae_gap": (log_lik - iwae) / n_tok,
+        "elbo_gap": (log_lik - elbo) / n_tok,
+        "num_samples": num_samples,
+        "n_pairs": len(pairs),
+        "n_tokens": n_tok,
+    }
