@@ -204,7 +204,8 @@ def cmd_analyze(args) -> int:
 
 
 DIAG_COLUMNS = [("kl_exact_q", "KL(exact ‖ q)/token"), ("expected_aer", "E_q[AER]"),
-                ("khat_share", "share k̂ > 0.7"), ("iwae_gap", "log p − IWAE"),
+                ("khat_share", "share k̂ > 0.7"), ("khat_pairs", "pairs with k̂"),
+                ("rel_ess", "ESS/K"), ("iwae_gap", "log p − IWAE"),
                 ("elbo_gap", "log p − ELBO")]
 
 
@@ -226,13 +227,14 @@ def cmd_diagnose(args) -> int:
                                       num_samples=args.num_samples, seed=args.seed))
     md = [f"Guide diagnostics, {args.num_samples} draws of q per pair; per token; log p exact "
           f"where enumerable, else IWAE-{args.num_samples} (then the last column is "
-          f"IWAE − ELBO).", "",
+          f"IWAE − ELBO); k̂ only for pairs whose draws give ≥ 20 distinct weights.", "",
           "| method | " + " | ".join(h for _, h in DIAG_COLUMNS) + " |",
           "|---|" + "---|" * len(DIAG_COLUMNS)]
     for r in rows:
-        cells = ["—" if r[k] is None else f"{r[k]:.3f}" for k, _ in DIAG_COLUMNS]
+        cells = ["—" if r[k] is None else str(r[k]) if isinstance(r[k], int) else f"{r[k]:.3f}"
+                 for k, _ in DIAG_COLUMNS]
         if not r["log_lik_exact"]:  # log p is itself IWAE-K there: only log p − ELBO is news
-            cells[3] = "—"
+            cells[5] = "—"
         md.append(f"| {r['method']} | " + " | ".join(cells) + " |")
     print("\n".join(md))
     if args.out:
@@ -333,7 +335,9 @@ def cmd_compare(args) -> int:
     floor = rows[0].get("floor_nll_per_token")
 
     def fmt(v, digits=3):
-        return "—" if v is None else f"{v[0]:.{digits}f} ± {v[1]:.{digits}f}"
+        if v is None:
+            return "—"
+        return f"{v[0]:.{digits}f}" + (f" ± {v[1]:.{digits}f}" if args.seeds > 1 else "")
 
     md = [f"Task `{args.task or args.data_dir}`, {args.seeds} seed(s), {args.steps} steps, "
           f"hidden {args.hidden}, batch {args.batch_size}."

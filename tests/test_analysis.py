@@ -105,7 +105,8 @@ def test_exact_marginals_pyro_equal_numpyro_and_infer_discrete_frequencies():
 def test_diagnostics_of_an_exact_guide_and_bounds():
     task, run = _run("vae-enum")
     d = guide_diagnostics(run, task.test.pairs, task.test.gold, num_samples=30)
-    assert d["kl_exact_q"] > 0 and 0 <= d["expected_aer"] <= 1 and 0 <= d["khat_share"] <= 1
+    assert d["kl_exact_q"] > 0 and 0 <= d["expected_aer"] <= 1 and 0 < d["rel_ess"] <= 1
+    assert d["khat_pairs"] > 0 and 0 <= d["khat_share"] <= 1  # a random q: varied weights
     assert d["elbo"] <= d["iwae"] + 1e-6 <= d["log_lik"] + 1e-5  # ELBO ≤ IWAE ≤ log p (here)
     assert d["elbo_gap"] >= d["iwae_gap"] >= -1e-5
 

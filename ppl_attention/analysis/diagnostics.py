@@ -9,7 +9,13 @@ log_importance_weights`). Reported, per token or as shares of pairs:
 - ``expected_aer``: the AER of q's draws against gold, averaged over draws (a draw of a
   continuous family aligns each target token to its largest weight);
 - ``khat_share``: share of pairs whose PSIS k̂ (``az.psislw`` on the K weights) exceeds 0.7 —
-  importance sampling from q is unreliable there (Vehtari et al. 2015);
+  importance sampling from q is unreliable there (Vehtari et al. 2015). The Pareto fit needs a
+  continuous tail: a categorical q concentrated on a few alignments repeats draws, the weights
+  then take a handful of values and k̂ is noise (it came out > 0.7 on most pairs of a guide with
+  KL(exact ‖ q) < 0.001 and ESS/K ≈ 0.98). So k̂ is computed only for pairs whose K weights take
+  at least ``MIN_DISTINCT`` distinct values; ``khat_pairs`` counts them (such weights are
+  bounded, since q's support is finite, so a pair left out has finite-variance weights);
+- ``rel_ess``: the mean over pairs of the importance-sampling ESS / K = 1 / (K Σ_k w̄_k²);
 - ``elbo``: mean log w per token; ``log_lik``: exact log p(y | x) per token where enumerable,
   else the IWAE-K estimate; ``iwae_gap``: ``log_lik − iwae_K``, and ``elbo_gap``:
   ``log_lik − elbo`` (both ≥ 0 in expectation where log_lik is exact).
@@ -28,9 +34,10 @@ from ..data.batching import make_batches
 from ..inference.evaluate import _guide_kwargs, log_importance_weights
 from ..metrics import aer
 
-__all__ = ["guide_diagnostics", "KHAT_THRESHOLD"]
+__all__ = ["guide_diagnostics", "KHAT_THRESHOLD", "MIN_DISTINCT"]
 
 KHAT_THRESHOLD = 0.7
+MIN_DISTINCT = 20
 
 
 @torch.no_grad()
@@ -51,7 +58,7 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0) -
         raise ValueError("soft attention has no latent alignment to diagnose")
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
     kl_sum, n_tok, log_lik, elbo, iwae = 0.0, 0, 0.0, 0.0, 0.0
-    khat, draw_links = [], {k: {} for k in range(num_samples)}
+    khat, ess, draw_links = [], [], {k: {} for k in range(num_samples)}
     gk = _guide_kwargs(run)
     for b in batches:
         lw = log_importance_weights(run, b, num_samples)  # [K, B]
@@ -59,8 +66,12 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0) -
         elbo += float(lw.mean(0).sum())
         iw = lw.logsumexp(0) - math.log(num_samples)
         iwae += float(iw.sum())
-        _, k = az.psislw(lw.T.numpy().astype(np.float64))
-        khat.extend(np.atleast_1d(k).tolist())
+        lw64 = lw.T.numpy().astype(np.float64)  # [B, K]
+        distinct = np.array([len(np.unique(np.round(row, 9))) for row in lw64])
+        if (distinct >= MIN_DISTINCT).any():
+            _, k = az.psislw(lw64[distinct >= MIN_DISTINCT])
+            khat.extend(np.atleast_1d(k).tolist())
+        ess.extend((1.0 / (torch.softmax(lw.double(), 0) ** 2).sum(0) / num_samples).tolist())
         H = model.encode(b.src, b.src_mask)
         smask = b.src_mask[:, None].expand(b.tgt_out.shape + b.src.shape[1:])
         if kind == "categorical":
@@ -94,8 +105,10 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0) -
         "method": run.method,
         "kl_exact_q": kl_sum / n_tok if kind == "categorical" else None,
         "expected_aer": expected_aer,
-        "khat_share": float(np.mean(khat > KHAT_THRESHOLD)),
-        "khat_median": float(np.median(khat)),
+        "khat_share": float(np.mean(khat > KHAT_THRESHOLD)) if len(khat) else None,
+        "khat_median": float(np.median(khat)) if len(khat) else None,
+        "khat_pairs": int(len(khat)),
+        "rel_ess": float(np.mean(ess)),
         "log_lik": log_lik / n_tok,
         "log_lik_exact": kind == "categorical",
         "elbo": elbo / n_tok,
