@@ -42,6 +42,7 @@ def test_inference_data_groups_dims_coords_and_netcdf_round_trip(tmp_path):
     assert a.dims == ("chain", "draw", "pair", "target_pos", "source_pos")
     assert a.shape[:3] == (1, 40, len(pairs))
     assert "alignment_q" in idata.posterior
+    assert idata.posterior.attrs["method"] == "vae-enum"
     first_src = idata.posterior["source_token"].sel(pair=0).values
     assert list(first_src[: len(pairs[0][0])]) == list(pairs[0][0])
     tgt = idata.prior["target_token"].sel(pair=1).values
