@@ -224,3 +224,32 @@ def test_continuous_family_map_is_deterministic_and_backend_equal():
     j = jeval.map_alignments(run, b)
     real = b.tgt_mask.numpy()
     assert np.array_equal(a[real], j[real])
+
+
+def test_infer_discrete_map_agrees_between_backends():
+    """infer_discrete(temperature=0) in Pyro and in NumPyro (funsor) give the posterior argmax
+    wherever the top two posterior probabilities are not tied to float precision."""
+    import functools
+
+    from numpyro import handlers
+    from numpyro.contrib.funsor import infer_discrete as numpyro_infer_discrete
+    from pyro import poutine
+    from pyro.infer import infer_discrete
+
+    tm, jm, p, b, jb = _setup("exact", n=16)
+    model = handlers.substitute(functools.partial(jm.model, enumerate_z=True),
+                                data={"seq2seq": p})
+    tr = handlers.trace(numpyro_infer_discrete(model, first_available_dim=-3, temperature=0,
+                                               rng_key=jax.random.PRNGKey(0))).get_trace(jb)
+    with torch.no_grad():
+        zt = poutine.trace(infer_discrete(lambda bb: tm.model(bb, enumerate_z=True),
+                                          first_available_dim=-3, temperature=0)
+                           ).get_trace(b).nodes["align"]["value"].numpy()
+        post = tm.exact_posterior(b).numpy()
+    B, T = zt.shape
+    zj = np.asarray(tr["align"]["value"])[:B, :T]
+    top2 = np.sort(post, -1)[..., -2:]
+    clear = b.tgt_mask.numpy() & (top2[..., 1] - top2[..., 0] > 1e-4)
+    assert clear.sum() > 0.9 * b.tgt_mask.numpy().sum()
+    assert np.array_equal(zj[clear], zt[clear])
+    assert np.array_equal(zt[clear], post.argmax(-1)[clear])
