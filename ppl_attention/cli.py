@@ -47,16 +47,23 @@ def _data(args) -> tuple[dict, dict[str, Split | None]]:
     source = {"task": args.task, "task_seed": args.task_seed}
     if args.n_train is not None:
         source["n_train"] = args.n_train
+    if getattr(args, "stress", False):
+        if args.task != "g2p":
+            raise ValueError("--stress applies to --task g2p only")
+        source["stress"] = True
     task = _task(**source)
     return source, {"train": task.train, "valid": task.valid, "test": task.test}
 
 
 @functools.lru_cache(maxsize=2)
-def _task(task: str, task_seed: int = 0, n_train: int | None = None):
+def _task(task: str, task_seed: int = 0, n_train: int | None = None, stress: bool = False):
     """A built-in task, made once per process (``compare`` trains many runs on it)."""
     if n_train is not None and n_train < 1:
         raise ValueError(f"--n-train must be at least 1, got {n_train}")
-    return make_task(task, seed=task_seed, **({} if n_train is None else {"n_train": n_train}))
+    kwargs = {} if n_train is None else {"n_train": n_train}
+    if stress:
+        kwargs["stress"] = True
+    return make_task(task, seed=task_seed, **kwargs)
 
 
 def _eval_split(run: Run, args) -> Split:
@@ -104,7 +111,8 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
     last = copy.deepcopy(run.model.state_dict())
     run.model.load_state_dict(run.extra.get("best_model", last))
     report = evaluate(run, make_batches(test.pairs, src_vocab, tgt_vocab, 64, gold=test.gold),
-                      gold=test.gold, log_likelihood=test.log_likelihood, backend=args.backend)
+                      gold=test.gold, log_likelihood=test.log_likelihood, backend=args.backend,
+                      references=getattr(test, "references", None))
     report["ms_per_step"] = run.extra["ms_per_step"]
     run.extra["test_report"] = report
     run.model.load_state_dict(last)  # the checkpoint keeps the last weights for --resume
@@ -124,7 +132,8 @@ def cmd_evaluate(args) -> int:
     split = _eval_split(run, args)
     batches = make_batches(split.pairs, run.src_vocab, run.tgt_vocab, 64, gold=split.gold)
     report = evaluate(run, batches, gold=split.gold, log_likelihood=split.log_likelihood,
-                      iwae_k=args.iwae_k, backend=args.backend)
+                      iwae_k=args.iwae_k, backend=args.backend,
+                      references=getattr(split, "references", None), beam=args.beam)
     if report["n_unk"]:
         print(f"note: {report['n_unk']} token(s) unseen in training were mapped to <unk>",
               file=sys.stderr)
@@ -134,6 +143,41 @@ def cmd_evaluate(args) -> int:
         for k, v in report.items():
             print(f"{k:>20}: {v:.4f}" if isinstance(v, float) else f"{k:>20}: {v}")
     return 0
+
+
+def _read_sources(path: Path, plain_words: bool) -> list[tuple[int, str, list[str] | None]]:
+    """(line number, the line as given, its tokens or None when it cannot be decoded)."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = line.strip()
+        tokens = (list(text) if plain_words else text.split()) if text else None
+        out.append((n, line, tokens))
+    return out
+
+
+def cmd_decode(args) -> int:
+    from .inference.decode import beam_search
+
+    if args.beam < 1:
+        raise ValueError(f"--beam must be at least 1, got {args.beam}")
+    run = Run.load(args.run)
+    plain = run.config.get("data", {}).get("task") == "g2p"
+    failed = 0
+    for n, line, tokens in _read_sources(Path(args.data), plain):
+        if tokens is None:
+            print(f"error: {args.data}:{n}: empty line, nothing to decode", file=sys.stderr)
+            failed += 1
+            sys.stdout.write(f"{line}\t\n")
+            continue
+        unk = run.src_vocab.encode(tokens)[1]
+        if unk:
+            print(f"note: {args.data}:{n}: {unk} token(s) unseen in training decoded as <unk>",
+                  file=sys.stderr)
+        hyp, _ = beam_search(run, tokens, beam=args.beam)
+        sys.stdout.write(f"{line}\t{' '.join(hyp)}\n")
+    return 1 if failed else 0
 
 
 def cmd_align(args) -> int:
@@ -361,11 +405,13 @@ def cmd_compare(args) -> int:
 
 def _add_data_source(p, required=True):
     g = p.add_mutually_exclusive_group(required=required)
-    g.add_argument("--task", choices=["copy", "reverse", "reorder"], help="built-in task")
+    g.add_argument("--task", choices=["copy", "reverse", "reorder", "g2p"],
+                   help="built-in task (g2p: CMUdict letters → phones)")
     g.add_argument("--data-dir", help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
     p.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
     p.add_argument("--n-train", type=int, help="training pairs of a built-in task (default: the "
                    "task's own; valid and test sets do not depend on it)")
+    p.add_argument("--stress", action="store_true", help="g2p: keep stress digits on vowels")
 
 
 def _add_backend(p):
@@ -407,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--data", help="a TSV file")
     p.add_argument("--gold", help="Pharaoh alignments for --data")
     p.add_argument("--iwae-k", type=int, default=10)
+    p.add_argument("--beam", type=int, default=1, help="beam for WER/PER (G2P runs)")
     p.add_argument("--json", action="store_true")
     _add_backend(p)
     p.set_defaults(fn=cmd_evaluate)
@@ -416,6 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True)
     _add_backend(p)
     p.set_defaults(fn=cmd_align)
+
+    p = sub.add_parser("decode", help="greedy / beam-search hypotheses, source<TAB>hypothesis")
+    p.add_argument("run")
+    p.add_argument("--data", required=True, help="one source a line (a plain word for g2p runs)")
+    p.add_argument("--beam", type=int, default=1)
+    p.set_defaults(fn=cmd_decode)
 
     p = sub.add_parser("analyze", help="posterior.nc (ArviZ) and figures of a run's alignments")
     p.add_argument("run")

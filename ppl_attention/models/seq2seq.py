@@ -89,18 +89,39 @@ class Seq2SeqAlignment(nn.Module):
         """
         B, T = tgt_in.shape
         emb = self.dropout(self.tgt_emb(tgt_in))
-        h = H.new_zeros(B, H.shape[-1])
-        c = H.new_zeros(B, H.shape[-1])
-        ctx = H.new_zeros(B, H.shape[-1])
+        state = self.initial_state(H)
         hs, es, cs = [], [], []
         for t in range(T):
-            h, c = self.decoder(torch.cat([emb[:, t], ctx], -1), (h, c))
-            e = self.score(h.unsqueeze(1), H).squeeze(1)
-            ctx = (masked_softmax(e, src_mask).unsqueeze(1) @ H).squeeze(1)
-            hs.append(h)
+            state, e = self.decoder_step(H, src_mask, emb[:, t], state)
+            hs.append(state[0])
             es.append(e)
-            cs.append(ctx)
+            cs.append(state[2])
         return torch.stack(hs, 1), torch.stack(es, 1), torch.stack(cs, 1)
+
+    def initial_state(self, H: torch.Tensor):
+        """Decoder state (h, c, soft context), zeros ``[B, h]`` each."""
+        z = H.new_zeros(H.shape[0], H.shape[-1])
+        return z, z, z
+
+    def decoder_step(self, H, src_mask, emb_t, state):
+        """One input-fed decoder step: (h, c, c̄_{t−1}) and the embedding of y_{t−1} ``[B, e]``
+        → the new state and the prior scores e_t ``[B, S]``."""
+        h, c, ctx = state
+        h, c = self.decoder(torch.cat([emb_t, ctx], -1), (h, c))
+        e = self.score(h.unsqueeze(1), H).squeeze(1)
+        ctx = (masked_softmax(e, src_mask).unsqueeze(1) @ H).squeeze(1)
+        return (h, c, ctx), e
+
+    def predictive_log_probs(self, H, src_mask, state, e) -> torch.Tensor:
+        """log p(y_t = · | x, y<t) ``[B, V]``: for a categorical alignment the exact predictive
+        log Σ_j p(z_t = j | ·) p(y_t | h_t, H_j); for every other family the soft-attention
+        output with the prior's mean context."""
+        h, _, ctx = state
+        if self.family.enumerable:
+            log_prior = torch.where(src_mask, e, torch.full_like(e, -torch.inf)).log_softmax(-1)
+            logits = self.W_o(torch.tanh(self.W_ch(h).unsqueeze(1) + self.W_cv(H)))  # [B, S, V]
+            return (log_prior.unsqueeze(-1) + logits.log_softmax(-1)).logsumexp(1)
+        return self.W_o(torch.tanh(self.W_ch(h) + self.W_cv(ctx))).log_softmax(-1)
 
     def emission_log_prob(self, h: torch.Tensor, v: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """log p(y_t | h_t, v) = log softmax(W_o tanh(W_c [h_t; v]))_{y_t}.
