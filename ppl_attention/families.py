@@ -45,6 +45,7 @@ __all__ = [
     "Weibull",
     "LogNormal",
     "GaussianContext",
+    "MarkovCategorical",
     "FAMILIES",
     "make_family",
     "masked_softmax",
@@ -343,10 +344,102 @@ class GaussianContext(Family):
         return value
 
 
+class MarkovCategorical(Family):
+    """Hard monotonic (HMM) attention (Wu & Cotterell 2019): z_t depends on z_{t−1} through a
+    learned jump distribution over offsets δ = z_t − z_{t−1} ∈ [−max_back, max_jump]:
+
+        p(z_t = j | z_{t−1} = i, x, y<t) ∝ exp(e_tj + w_{j−i}),
+        j unmasked and −max_back ≤ j − i ≤ max_jump,
+
+    with e_t the content scores and w learned (zero-initialized); z_{−1} = −1, so z_0 lies in
+    the first ``max_jump`` positions. ``max_back=0`` makes it monotonic.
+    Marginalized exactly by the forward algorithm (:meth:`forward_log_likelihood`), in Pyro by
+    sequential sites under ``pyro.markov`` with ``TraceEnum_ELBO``
+    (``Seq2SeqAlignment.model``); it has no vectorized ``prior`` — every z_t needs z_{t−1}.
+    """
+
+    name = "markov-categorical"
+    enumerable = True
+    markov = True
+
+    def __init__(self, max_jump: int = 3, max_back: int = 0):
+        super().__init__()
+        if not isinstance(max_jump, int) or max_jump < 1:
+            raise ValueError(f"max_jump must be an int ≥ 1, got {max_jump!r}")
+        if not isinstance(max_back, int) or max_back < 0:
+            raise ValueError(f"max_back must be an int ≥ 0, got {max_back!r}")
+        self.max_jump, self.max_back = max_jump, max_back
+        self.jump_logits = nn.Parameter(torch.zeros(max_back + max_jump + 1))  # w_δ, δ ≥ −max_back
+
+    def _config(self):
+        return {"max_jump": self.max_jump, "max_back": self.max_back}
+
+    def transition_log_probs(self, scores_t, mask, prev):
+        """log p(z_t = j | z_{t−1} = prev): ``scores_t [B, S]``, ``mask [B, S]`` bool, ``prev``
+        long ``[..., B]`` (−1 before the start; may carry enumeration dims) → ``[..., B, S]``.
+        An impossible ``prev`` (a padded position, which enumeration also visits with
+        probability 0) gets a finite dummy row so that nothing becomes NaN."""
+        S = scores_t.shape[-1]
+        j = torch.arange(S, device=scores_t.device)
+        d = j - prev.unsqueeze(-1)  # [..., B, S]
+        ok = (d >= -self.max_back) & (d <= self.max_jump) & mask
+        ok = torch.where(ok.any(-1, keepdim=True), ok, mask & (j == 0))
+        w = self.jump_logits[(d + self.max_back).clamp(0, self.jump_logits.numel() - 1)]
+        logits = torch.where(ok, scores_t + w, torch.full_like(w, -torch.inf))
+        return logits.log_softmax(-1)
+
+    def transition_matrix(self, scores_t, mask):
+        """log T_t[b, i, j] = log p(z_t = j | z_{t−1} = i) for every i, ``[B, S, S]``."""
+        B, S = scores_t.shape
+        prev = torch.arange(S, device=scores_t.device).view(S, 1).expand(S, B)
+        return self.transition_log_probs(scores_t, mask, prev).transpose(0, 1)  # [B, i, j]
+
+    def start_log_probs(self, scores_t, mask):
+        """log p(z_0 = j) ``[B, S]`` (z_{−1} = −1: offsets 1 … max_jump reach j < max_jump)."""
+        prev = torch.full(scores_t.shape[:1], -1, dtype=torch.long, device=scores_t.device)
+        return self.transition_log_probs(scores_t, mask, prev)
+
+    def forward_log_likelihood(self, scores, mask, emissions, target_mask):
+        """Forward algorithm: log p(y_t | x, y<t) ``[B, T]`` (0 on padded targets), from content
+        scores ``[B, T, S]``, source ``mask [B, S]``, emissions log p(y_t | h_t, H_j)
+        ``[B, T, S]`` and ``target_mask [B, T]``; also returns the filters log p(z_t | x, y≤t)."""
+        B, T, S = scores.shape
+        out, filters = [], []
+        log_alpha = None
+        floor = -1e30  # finite stand-in for log 0: gradients (the marginals) stay free of NaN
+        emissions = emissions.clamp(min=floor)
+        for t in range(T):
+            if log_alpha is None:
+                pred = self.start_log_probs(scores[:, t], mask).clamp(min=floor)
+            else:
+                logT = self.transition_matrix(scores[:, t], mask).clamp(min=floor)
+                pred = (log_alpha.unsqueeze(-1) + logT).logsumexp(1)
+            joint = pred + emissions[:, t]
+            ll = joint.logsumexp(-1)
+            new_alpha = joint - ll.unsqueeze(-1)
+            keep = target_mask[:, t].unsqueeze(-1)
+            log_alpha = new_alpha if log_alpha is None else torch.where(keep, new_alpha,
+                                                                         log_alpha)
+            out.append(torch.where(target_mask[:, t], ll, torch.zeros_like(ll)))
+            filters.append(log_alpha)
+        return torch.stack(out, 1), torch.stack(filters, 1)
+
+    def prior(self, scores, mask, keys, values):
+        raise ValueError("MarkovCategorical has no vectorized prior: each z_t depends on "
+                         "z_{t-1}; draw it with transition_log_probs in a pyro.markov loop")
+
+    def posterior(self, scores, mask, values, scale=None):
+        raise ValueError("MarkovCategorical is marginalized exactly; it has no guide family")
+
+    def context(self, value, values):
+        one_hot = F.one_hot(value, values.shape[-2]).to(values.dtype)
+        return one_hot @ values
+
+
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls
     for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull, LogNormal,
-                GaussianContext)
+                GaussianContext, MarkovCategorical)
 }
 
 

@@ -101,6 +101,9 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
 
     if not isinstance(num_samples, int) or num_samples <= 0:
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    if getattr(run.model.family, "markov", False):
+        raise ValueError("posterior analysis of MarkovCategorical runs is not supported yet "
+                         "(its prior is a chain, not per-position distributions)")
     pairs = getattr(pairs, "pairs", pairs)
     if not pairs:
         raise ValueError("no pairs to analyse")

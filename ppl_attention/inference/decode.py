@@ -30,11 +30,16 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
     prev = torch.tensor([tv.bos])
     hyps: list[tuple[list[int], float]] = [([], 0.0)]
     finished: list[tuple[list[int], float]] = []
+    log_filter = joint = None  # the Markov family's p(z_{t-1} | x, y<t) per hypothesis
     for _ in range(max_len):
         k = len(hyps)
         Hk, mk = H.expand(k, -1, -1), b.src_mask.expand(k, -1)
         state, e = model.decoder_step(Hk, mk, model.tgt_emb(prev), state)
-        logp = model.predictive_log_probs(Hk, mk, state, e)  # [k, V]
+        if model.markov:
+            logp, joint = model.markov_predictive(Hk, mk, state, e, log_filter)
+            logp = logp.clone()
+        else:
+            logp = model.predictive_log_probs(Hk, mk, state, e)  # [k, V]
         for special in (tv.pad, tv.bos):
             logp[:, special] = -torch.inf
         total = torch.tensor([s for _, s in hyps]).unsqueeze(1) + logp
@@ -55,6 +60,9 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
         index = torch.tensor(rows)
         state = tuple(x[index] for x in state)
         prev = torch.tensor(toks)
+        if joint is not None:
+            picked = joint[index, :, prev]  # [k', S]
+            log_filter = picked - picked.logsumexp(-1, keepdim=True)
     pool = finished or hyps
     ids, score = max(pool, key=lambda x: x[1])
     return [tv.itos[i] for i in ids], score

@@ -18,7 +18,9 @@ from .run import Run
 
 
 def _kind(run: Run) -> str:
-    return run.model.family.name  # "soft", "categorical", or a continuous family
+    """"soft", "categorical" (also the Markov family: enumerable, exact), or a continuous one."""
+    name = run.model.family.name
+    return "categorical" if name == "markov-categorical" else name
 
 
 def token_log_likelihood(run: Run, batch: Batch) -> torch.Tensor:

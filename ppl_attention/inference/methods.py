@@ -63,6 +63,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            lambda h: fam.Soft(), "none", lambda: Trace_ELBO(max_plate_nesting=PLATES)),
     Method("exact", "exact marginal likelihood by enumeration [Marginal likelihood]",
            lambda h: fam.Categorical(), "none", _enum, enumerate_model=True),
+    Method("hmm-exact", "exact marginal likelihood of hard monotonic (HMM) attention, forward "
+           "algorithm by enumeration [Wu & Cotterell 2019]",
+           lambda h: fam.MarkovCategorical(), "none", _enum, enumerate_model=True),
     Method("hard-enum", "E_p[log p(y|z)] enumerated, prior as guide [Hard attention + Enum]",
            lambda h: fam.Categorical(), "prior", _enum, enumerate_guide=True),
     Method("hard-sample", "E_p[log p(y|z)] by REINFORCE, prior as guide [Hard attention + Sample]",

@@ -27,8 +27,10 @@ from __future__ import annotations
 import contextlib
 
 import pyro
+import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..attend import attend
@@ -112,11 +114,28 @@ class Seq2SeqAlignment(nn.Module):
         ctx = (masked_softmax(e, src_mask).unsqueeze(1) @ H).squeeze(1)
         return (h, c, ctx), e
 
+    def markov_predictive(self, H, src_mask, state, e, log_filter=None):
+        """For :class:`~ppl_attention.families.MarkovCategorical`: log p(y_t = · | x, y<t)
+        ``[B, V]`` and the joint log p(z_t = j, y_t = v | x, y<t) ``[B, S, V]``, from the filter
+        log p(z_{t−1} | x, y<t) ``[B, S]`` (None at t = 0). After y_t = v is chosen, the next
+        filter is ``joint[:, :, v] − logp[:, v]``."""
+        if log_filter is None:
+            pred = self.family.start_log_probs(e, src_mask)
+        else:
+            logT = self.family.transition_matrix(e, src_mask)
+            pred = (log_filter.unsqueeze(-1) + logT).logsumexp(1)
+        logits = self.W_o(torch.tanh(self.W_ch(state[0]).unsqueeze(1) + self.W_cv(H)))
+        joint = pred.unsqueeze(-1) + logits.log_softmax(-1)
+        return joint.logsumexp(1), joint
+
     def predictive_log_probs(self, H, src_mask, state, e) -> torch.Tensor:
         """log p(y_t = · | x, y<t) ``[B, V]``: for a categorical alignment the exact predictive
         log Σ_j p(z_t = j | ·) p(y_t | h_t, H_j); for every other family the soft-attention
         output with the prior's mean context."""
         h, _, ctx = state
+        if self.markov:
+            raise ValueError("the Markov family's predictive needs the filter: use "
+                             "markov_predictive")
         if self.family.enumerable:
             log_prior = torch.where(src_mask, e, torch.full_like(e, -torch.inf)).log_softmax(-1)
             logits = self.W_o(torch.tanh(self.W_ch(h).unsqueeze(1) + self.W_cv(H)))  # [B, S, V]
@@ -144,15 +163,39 @@ class Seq2SeqAlignment(nn.Module):
                                       batch.tgt_out.unsqueeze(-1))
         return log_prior, emis
 
+    @property
+    def markov(self) -> bool:
+        return getattr(self.family, "markov", False)
+
     def exact_token_log_likelihood(self, batch) -> torch.Tensor:
         """log p(y_t | x, y<t) = log Σ_j p(z_t = j | ·) p(y_t | ·, z_t = j), ``[B, T]``, 0 on
-        padding: the categorical-alignment model's exact marginal."""
+        padding: the categorical-alignment model's exact marginal (the forward algorithm for
+        :class:`~ppl_attention.families.MarkovCategorical`)."""
+        if self.markov:
+            return self._markov_forward(batch)[0]
         log_prior, emis = self.prior_and_emissions(batch)
         ll = (log_prior + emis).logsumexp(-1)
         return ll.masked_fill(~batch.tgt_mask, 0.0)
 
+    def _markov_forward(self, batch, emis=None):
+        H = self.encode(batch.src, batch.src_mask)
+        h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+        if emis is None:
+            emis = self.emission_log_prob(h.unsqueeze(2), H.unsqueeze(1),
+                                          batch.tgt_out.unsqueeze(-1))
+        emis = emis.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf)
+        return self.family.forward_log_likelihood(e, batch.src_mask, emis, batch.tgt_mask)
+
     def exact_posterior(self, batch) -> torch.Tensor:
-        """p(z_t = j | x, y) ``[B, T, S]`` (exact; 0 on masked source positions)."""
+        """p(z_t = j | x, y) ``[B, T, S]`` (exact; 0 on masked source positions). For the Markov
+        family the forward–backward marginals, as ∂ log p(y | x) / ∂ log p(y_t | z_t = j)."""
+        if self.markov:
+            with torch.enable_grad():
+                _, emis = self.prior_and_emissions(batch)
+                emis = emis.detach().requires_grad_(True)
+                total = self._markov_forward(batch, emis)[0].sum()
+                (grad,) = torch.autograd.grad(total, emis)
+            return grad.masked_fill(~batch.tgt_mask.unsqueeze(-1), 0.0)
         log_prior, emis = self.prior_and_emissions(batch)
         return (log_prior + emis).softmax(-1)
 
@@ -181,11 +224,32 @@ class Seq2SeqAlignment(nn.Module):
         B, T = batch.tgt_out.shape
         return pyro.plate("batch", B, dim=-2), pyro.plate("target", T, dim=-1)
 
+    def _markov_model(self, batch, H, h, e, enumerate_z: bool):
+        """Sequential sites ``align_0 … align_{T−1}`` under ``pyro.markov``: z_t ~
+        p(z_t | z_{t−1}, x, y<t), y_t a factor; enumerated, TraceEnum_ELBO runs the forward
+        algorithm. Padded targets keep their (normalized) site and a zero factor."""
+        B, T = batch.tgt_out.shape
+        infer = {"enumerate": "parallel"} if enumerate_z else {}
+        prev = None
+        with pyro.plate("batch", B, dim=-1):
+            for t in pyro.markov(range(T)):
+                if prev is None:
+                    logp = self.family.start_log_probs(e[:, t], batch.src_mask)
+                else:
+                    logp = self.family.transition_log_probs(e[:, t], batch.src_mask, prev)
+                z = pyro.sample(f"{SITE}_{t}", dist.Categorical(logits=logp), infer=infer)
+                v = (F.one_hot(z, H.shape[1]).to(H.dtype).unsqueeze(-1) * H).sum(-2)
+                lp = self.emission_log_prob(h[:, t], v, batch.tgt_out[:, t])
+                pyro.factor(f"y_{t}", lp.masked_fill(~batch.tgt_mask[:, t], 0.0))
+                prev = z
+
     def model(self, batch, *, enumerate_z: bool = False, kl_scale: float = 1.0):
         """p(y, z | x). ``enumerate_z``: parallel enumeration of the alignment (method exact)."""
         pyro.module("seq2seq", self)
         H = self.encode(batch.src, batch.src_mask)
         h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+        if self.markov:
+            return self._markov_model(batch, H, h, e, enumerate_z)
         plate_b, plate_t = self._plates(batch)
         scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
         with plate_b, plate_t:
