@@ -115,3 +115,10 @@ def test_decode_command_reports_bad_lines_and_goes_on(tmp_path, capsys):
     assert lines[2].startswith("do#g\t")
     assert "words.txt:2: empty line" in err and "words.txt:3: 1 token(s) unseen" in err
     assert main(["decode", str(tmp_path / "run"), "--data", str(words), "--beam", "0"]) == 2
+
+
+def test_monotonic_share():
+    from ppl_attention.inference.evaluate import monotonic_share
+
+    links = {0: {(0, 0), (1, 1), (1, 2)}, 1: {(2, 0), (1, 1)}, 2: set()}
+    assert monotonic_share(links) == pytest.approx(2 / 3)

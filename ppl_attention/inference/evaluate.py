@@ -174,7 +174,19 @@ def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
         from .decode import word_error_rates
 
         report.update(word_error_rates(run, references, beam))
+        links = ops.alignment_links(run, batches)
+        report["monotonic_share"] = monotonic_share(links)
     return report
+
+
+def monotonic_share(links: dict[int, set[tuple[int, int]]]) -> float:
+    """Share of pairs whose MAP alignment never moves backwards: source positions
+    non-decreasing along the target (the <eos> step excluded)."""
+    ok = 0
+    for pair_links in links.values():
+        src = [i for i, _ in sorted(pair_links, key=lambda ij: ij[1])]
+        ok += all(a <= b for a, b in zip(src, src[1:]))
+    return ok / max(1, len(links))
 
 
 class _PyroOps:

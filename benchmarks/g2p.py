@@ -1,0 +1,71 @@
+"""G2P on the CMUdict hash split: trains latent-alignment methods (default soft, exact,
+hmm-exact, vae-enum) and reports WER / PER (stress stripped) on the test words with training
+time; adds Phonetisaurus and g2p_en rows where they are installed (neither is here by default).
+
+    python benchmarks/g2p.py --steps 20000 --hidden 256 --beam 4 --out runs/g2p-bench
+
+A finished run directory is reused (delete it to retrain), so the script can be rerun after an
+interruption. Long: run it in the background.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import time
+from pathlib import Path
+
+from ppl_attention.cli import build_parser, train_one
+from ppl_attention.data import make_batches
+from ppl_attention.data.g2p import g2p_task
+from ppl_attention.inference import Run, evaluate
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", default="soft,exact,hmm-exact,vae-enum")
+    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--out", default="runs/g2p-bench")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    test = g2p_task().test
+    rows = []
+    for method in args.methods.split(","):
+        run_dir = out / method
+        if not (run_dir / "COMPLETE").exists():
+            targs = build_parser().parse_args([
+                "train", "--task", "g2p", "--method", method, "--steps", str(args.steps),
+                "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
+                "--lr", str(args.lr), "--valid-every", "1000", "--out", str(run_dir)])
+            t = time.perf_counter()
+            train_one(targs, method, 0, run_dir)
+            train_s = time.perf_counter() - t
+        else:
+            train_s = None
+        run = Run.load(run_dir)
+        batches = make_batches(test.pairs, run.src_vocab, run.tgt_vocab, 64)
+        r = evaluate(run, batches, references=test.references, beam=args.beam, with_elbo=False)
+        r["train_seconds"] = train_s
+        rows.append(r)
+        print(json.dumps({k: r[k] for k in ("method", "wer", "per", "nll_per_token",
+                                            "monotonic_share", "train_seconds")}), flush=True)
+    for name, found in (("Phonetisaurus", shutil.which("phonetisaurus-train")),
+                        ("g2p_en", importlib.util.find_spec("g2p_en"))):
+        if not found:
+            print(f"{name}: not installed here — no row")
+    print(f"\n| system | WER | PER | MAP monotonic | train s | (beam {args.beam}, stress stripped)")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        ts = "—" if r["train_seconds"] is None else f"{r['train_seconds']:.0f}"
+        print(f"| {r['method']} | {100 * r['wer']:.1f} % | {100 * r['per']:.1f} % | "
+              f"{100 * r['monotonic_share']:.1f} % | {ts} |")
+
+
+if __name__ == "__main__":
+    main()
