@@ -93,8 +93,9 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
     valid = splits["valid"] or splits["test"]
     valid_b = make_batches(valid.pairs, src_vocab, tgt_vocab, 64)
     resume = None
-    if getattr(args, "resume", False) and (out / "COMPLETE").exists():
-        resume = Run.load(out, which="last")
+    if getattr(args, "resume", False) and ((out / "COMPLETE").exists()
+                                           or (out / "PARTIAL").exists()):
+        resume = Run.load(out, which="last", partial=True)
     if args.backend == "numpyro":
         from .numpyro.inference import fit as fit_fn
         from .numpyro.inference import get_method as numpyro_method
@@ -106,6 +107,8 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
               src_vocab=src_vocab, tgt_vocab=tgt_vocab, valid=valid_b, lr=args.lr,
               valid_every=args.valid_every, resume=resume, progress=progress,
               lr_schedule=args.lr_schedule,
+              **({"checkpoint_every": args.checkpoint_every}
+                 if getattr(args, "checkpoint_every", None) else {}),
               config={"data": source, "batch_size": args.batch_size})
     test = splits["test"]
     last = copy.deepcopy(run.model.state_dict())
@@ -444,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--checkpoint-every", type=int,
+                   help="save a resumable PARTIAL run directory every N steps")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("evaluate", help="NLL/token (exact where defined), ELBO, AER")

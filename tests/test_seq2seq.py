@@ -137,3 +137,38 @@ def test_exact_loss_on_a_padded_batch_equals_the_marginal():
             lambda bb: model.model(bb, enumerate_z=True), lambda bb: None, b)
         exact = -float(model.exact_token_log_likelihood(b).sum())
     assert loss == pytest.approx(exact, rel=1e-6)
+
+
+def test_a_run_killed_midway_resumes_from_its_partial_checkpoint(tmp_path, monkeypatch):
+    import importlib
+
+    fit_module = importlib.import_module("ppl_attention.inference.fit")
+
+    _, straight = _fit("exact", 6, lr_schedule="cosine")
+    losses = [h["train_loss"] for h in straight.history]
+    task, sv, tv, model = _tiny("exact", hidden=8, n=40)
+    batches = make_batches(task.train.pairs, sv, tv, 8, shuffle=True)
+    valid = make_batches(task.valid.pairs, sv, tv, 8)
+    real = fit_module.loss_and_grads
+    calls = {"n": 0}
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # killed during step 5
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "loss_and_grads", dying)
+    with pytest.raises(KeyboardInterrupt):
+        fit(model, batches, "exact", 6, 0, src_vocab=sv, tgt_vocab=tv, valid=valid,
+            valid_every=3, progress=False, out=tmp_path / "run", checkpoint_every=2)
+    monkeypatch.setattr(fit_module, "loss_and_grads", real)
+    assert (tmp_path / "run" / "PARTIAL").exists() and not (tmp_path / "run" / "COMPLETE").exists()
+    with pytest.raises(ValueError, match="not a complete run"):
+        Run.load(tmp_path / "run")  # evaluation refuses a partial run
+    resumed = Run.load(tmp_path / "run", which="last", partial=True)
+    assert resumed.step == 4
+    run = fit(resumed.model, batches, "exact", 6, 0, src_vocab=sv, tgt_vocab=tv, valid=valid,
+              valid_every=3, resume=resumed, progress=False, out=tmp_path / "run")
+    assert [h["train_loss"] for h in run.history] == losses
+    assert (tmp_path / "run" / "COMPLETE").exists()

@@ -35,7 +35,7 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         src_vocab: Vocab, tgt_vocab: Vocab, valid: list[Batch] | None = None, lr: float = 3e-3,
         clip: float = 5.0, valid_every: int = 100, resume: Run | None = None,
         progress: bool = True, out=None, config: dict | None = None,
-        lr_schedule: str = "cosine") -> Run:
+        lr_schedule: str = "cosine", checkpoint_every: int | None = None) -> Run:
     """Train ``model`` by ``method`` for ``steps`` steps (one batch a step) and return a Run.
 
     The batch for step i is fixed by (seed, i), so a run resumed from its directory continues
@@ -45,6 +45,9 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
     ``lr_schedule``: ``"constant"``, or ``"cosine"`` — lr·½(1 + cos(π·step/steps)), which lets
     the last steps settle instead of rattling at the full rate. The rate is a function of the
     step alone, so resuming keeps it.
+
+    ``checkpoint_every``: also save ``out`` every N steps, marked PARTIAL, so a long run killed
+    midway resumes from its last checkpoint with the identical next loss.
     """
     if lr_schedule not in SCHEDULES:
         raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
@@ -95,6 +98,13 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
                 run.extra["best_step"] = step + 1
         run.history.append(record)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
+        if out is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 \
+                and step + 1 < steps:
+            run.step = step + 1
+            run.extra.update(avg_baseline=avg, best_valid=best)
+            run.optimizer_state = optimizer.state_dict()
+            run.rng_state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+            run.save(out, complete=False)
     run.step = steps
     run.extra.update(avg_baseline=avg, best_valid=best,
                      ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps - start))

@@ -18,6 +18,7 @@ from ..models.seq2seq import Seq2SeqAlignment
 from .methods import get_method
 
 COMPLETE = "COMPLETE"
+PARTIAL = "PARTIAL"  # a periodic checkpoint of a run still training: resumable, not evaluable
 
 
 @dataclass
@@ -33,8 +34,10 @@ class Run:
     rng_state: dict | None = None
     extra: dict = field(default_factory=dict)
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the run directory atomically: a temporary sibling, then one rename."""
+    def save(self, path: str | os.PathLike, complete: bool = True) -> Path:
+        """Write the run directory atomically: a temporary sibling, then one rename. With
+        ``complete=False`` (a periodic checkpoint) it is marked PARTIAL: ``train --resume``
+        continues it, ``evaluate`` refuses it."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
@@ -50,7 +53,7 @@ class Run:
             if self.history:
                 from .plots import plot_learning_curve
                 plot_learning_curve(self.history, tmp / "learning_curve.png", title=self.method)
-            (tmp / COMPLETE).write_text("")
+            (tmp / (COMPLETE if complete else PARTIAL)).write_text("")
             if path.exists():
                 old = path.with_name(f".{path.name}.old")
                 shutil.rmtree(old, ignore_errors=True)
@@ -65,11 +68,11 @@ class Run:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike, which: str = "best") -> Run:
+    def load(cls, path: str | os.PathLike, which: str = "best", partial: bool = False) -> Run:
         """Load a run directory; ``which="best"`` (for evaluation) takes the best-validation
         weights where they were kept, ``"last"`` (for resuming) the weights of the last step."""
         path = Path(path)
-        if not (path / COMPLETE).exists():
+        if not (path / COMPLETE).exists() and not (partial and (path / PARTIAL).exists()):
             raise ValueError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
         cfg = json.loads((path / "config.json").read_text())
         method = get_method(cfg["method"])

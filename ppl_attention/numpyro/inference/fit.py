@@ -97,11 +97,11 @@ def make_step(model: Seq2SeqAlignment, method: str, clip: float):
 def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab, tgt_vocab,
         valid=None, lr: float = 3e-3, clip: float = 5.0, valid_every: int = 100,
         resume: Run | None = None, progress: bool = True, out=None, config: dict | None = None,
-        lr_schedule: str = "cosine") -> Run:
+        lr_schedule: str = "cosine", checkpoint_every: int | None = None) -> Run:
     """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model`` is the torch
     ``Seq2SeqAlignment`` whose configuration and initial weights the run starts from."""
-    if resume is not None:
-        raise ValueError("--resume is supported by the pyro backend only")
+    if resume is not None or checkpoint_every:
+        raise ValueError("--resume and --checkpoint-every are supported by the pyro backend only")
     if lr_schedule not in SCHEDULES:
         raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
     if not train:
