@@ -4,8 +4,9 @@ time; adds Phonetisaurus and g2p_en rows where they are installed (neither is he
 
     python benchmarks/g2p.py --steps 20000 --hidden 256 --beam 4 --out runs/g2p-bench
 
-A finished run directory is reused (delete it to retrain), so the script can be rerun after an
-interruption. Long: run it in the background.
+A finished run directory is reused (delete it to retrain) and an interrupted one resumes from
+its last PARTIAL checkpoint (every 1,000 steps), so the script can simply be rerun. Long: run it
+in the background.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def main(argv=None):
             targs = build_parser().parse_args([
                 "train", "--task", "g2p", "--method", method, "--steps", str(args.steps),
                 "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
-                "--lr", str(args.lr), "--valid-every", "1000", "--out", str(run_dir)])
+                "--lr", str(args.lr), "--valid-every", "1000", "--out", str(run_dir),
+                "--checkpoint-every", "1000", "--resume"])
             t = time.perf_counter()
             train_one(targs, method, 0, run_dir)
             train_s = time.perf_counter() - t
