@@ -15,6 +15,7 @@ from .families import (
     Family,
     GaussianContext,
     LogNormal,
+    MarkovCategorical,
     RelaxedCategorical,
     Soft,
     Weibull,
@@ -44,6 +45,7 @@ __all__ = [
     "Weibull",
     "LogNormal",
     "GaussianContext",
+    "MarkovCategorical",
     "FAMILIES",
     "make_family",
     "masked_softmax",
@@ -57,3 +59,13 @@ __all__ = [
     "SCORES",
     "make_score",
 ]
+
+
+def __getattr__(name):
+    """``pa.analysis`` (ArviZ) and ``pa.numpyro`` (JAX) load on first use: importing the package
+    stays light when they are not needed."""
+    if name in ("analysis", "numpyro"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'ppl_attention' has no attribute {name!r}")
