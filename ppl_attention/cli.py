@@ -423,6 +423,15 @@ def _add_backend(p):
                    "directories are the same for both")
 
 
+def _add_eval_data(p):
+    """What a run is evaluated on: --data-dir (its test split), --data F.tsv [--gold F.align],
+    or neither (a built-in task's test split)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--data-dir", help="a folder with test.tsv (+ test.align)")
+    g.add_argument("--data", help="a TSV file")
+    p.add_argument("--gold", help="Pharaoh alignments for --data")
+
+
 def _add_training(p):
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--hidden", type=int, default=64)
@@ -453,10 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="NLL/token (exact where defined), ELBO, AER")
     p.add_argument("run")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--data-dir")
-    g.add_argument("--data", help="a TSV file")
-    p.add_argument("--gold", help="Pharaoh alignments for --data")
+    _add_eval_data(p)
     p.add_argument("--iwae-k", type=int, default=10)
     p.add_argument("--beam", type=int, default=1, help="beam for WER/PER (G2P runs)")
     p.add_argument("--json", action="store_true")
@@ -477,10 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="posterior.nc (ArviZ) and figures of a run's alignments")
     p.add_argument("run")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--data-dir")
-    g.add_argument("--data", help="a TSV file")
-    p.add_argument("--gold", help="Pharaoh alignments for --data")
+    _add_eval_data(p)
     p.add_argument("--out", required=True)
     p.add_argument("--num-samples", type=int, default=100)
     p.add_argument("--pair", type=int, default=0, help="the pair drawn as heatmaps")
@@ -489,10 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("diagnose", help="guide-vs-exact diagnostics table of several runs")
     p.add_argument("runs", nargs="+")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--data-dir")
-    g.add_argument("--data", help="a TSV file")
-    p.add_argument("--gold", help="Pharaoh alignments for --data")
+    _add_eval_data(p)
     p.add_argument("--num-samples", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the table (.md) and the numbers (.json) here")
