@@ -113,11 +113,15 @@ def map_alignments(run: Run, batch: Batch) -> torch.Tensor:
     return scores.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf).argmax(-1)
 
 
-def alignment_links(run: Run, batches: list[Batch]) -> dict[int, set[tuple[int, int]]]:
-    """Corpus index → MAP links {(source i, target j)} over real target tokens (not <eos>)."""
+def alignment_links(run: Run, batches: list[Batch], map_fn=None
+                    ) -> dict[int, set[tuple[int, int]]]:
+    """Corpus index → MAP links {(source i, target j)} over real target tokens (not <eos>).
+    ``map_fn(run, batch) -> [B, T]`` gives the MAP positions (default :func:`map_alignments`;
+    the NumPyro side passes its own)."""
+    map_fn = map_fn or map_alignments
     out = {}
     for b in batches:
-        a = map_alignments(run, b)
+        a = map_fn(run, b)
         lengths = b.tgt_mask.sum(-1) - 1  # drop <eos>
         for r, idx in enumerate(b.index.tolist()):
             out[idx] = {(int(a[r, j]), j) for j in range(int(lengths[r]))}
