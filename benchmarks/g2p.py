@@ -5,8 +5,11 @@ time; adds Phonetisaurus and g2p_en rows where they are installed (neither is he
     python benchmarks/g2p.py --steps 20000 --hidden 256 --beam 4 --out runs/g2p-bench
 
 A finished run directory is reused (delete it to retrain) and an interrupted one resumes from
-its last PARTIAL checkpoint (every 1,000 steps), so the script can simply be rerun. Long: run it
-in the background.
+its last PARTIAL checkpoint (every 1,000 steps), so the script can simply be rerun; a run's test
+scores are kept in it (``g2p-test-beamK.json``) and reused too. Long: run it in the background;
+two processes with ``--threads 1`` and disjoint ``--methods`` share the 2 cores, and a last call
+with every method prints the whole table. ``train s`` is the training loop's wall clock
+(validation included, resumed segments summed); ``decode s`` the test decoding.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import json
 import shutil
 import time
 from pathlib import Path
+
+import torch
 
 from ppl_attention.cli import build_parser, train_one
 from ppl_attention.data import make_batches
@@ -32,8 +37,12 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--dropout", type=float, default=0.3)
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     ap.add_argument("--out", default="runs/g2p-bench")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     out = Path(args.out)
     test = g2p_task().test
     rows = []
@@ -43,30 +52,40 @@ def main(argv=None):
             targs = build_parser().parse_args([
                 "train", "--task", "g2p", "--method", method, "--steps", str(args.steps),
                 "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
-                "--lr", str(args.lr), "--valid-every", "1000", "--out", str(run_dir),
-                "--checkpoint-every", "1000", "--resume"])
-            t = time.perf_counter()
+                "--lr", str(args.lr), "--dropout", str(args.dropout), "--valid-every", "1000",
+                "--out", str(run_dir), "--checkpoint-every", "1000", "--resume"])
             train_one(targs, method, 0, run_dir)
-            train_s = time.perf_counter() - t
+        scores = run_dir / f"g2p-test-beam{args.beam}.json"
+        if scores.exists():
+            r = json.loads(scores.read_text())
         else:
-            train_s = None
-        run = Run.load(run_dir)
-        batches = make_batches(test.pairs, run.src_vocab, run.tgt_vocab, 64)
-        r = evaluate(run, batches, references=test.references, beam=args.beam, with_elbo=False)
-        r["train_seconds"] = train_s
+            run = Run.load(run_dir)
+            batches = make_batches(test.pairs, run.src_vocab, run.tgt_vocab, 64)
+            t = time.perf_counter()
+            r = evaluate(run, batches, references=test.references, beam=args.beam,
+                         with_elbo=False)
+            r["decode_seconds"] = time.perf_counter() - t
+            r["train_seconds"] = run.extra.get("train_seconds")
+            r["steps"], r["config"] = run.step, run.config
+            tmp = scores.with_suffix(".tmp")
+            tmp.write_text(json.dumps(r, indent=1, default=str))
+            tmp.replace(scores)
         rows.append(r)
-        print(json.dumps({k: r[k] for k in ("method", "wer", "per", "nll_per_token",
-                                            "monotonic_share", "train_seconds")}), flush=True)
+        print(json.dumps({k: r.get(k) for k in ("method", "wer", "per", "nll_per_token",
+                                                "monotonic_share", "train_seconds",
+                                                "decode_seconds")}), flush=True)
     for name, found in (("Phonetisaurus", shutil.which("phonetisaurus-train")),
                         ("g2p_en", importlib.util.find_spec("g2p_en"))):
         if not found:
             print(f"{name}: not installed here — no row")
-    print(f"\n| system | WER | PER | MAP monotonic | train s | (beam {args.beam}, stress stripped)")
-    print("|---|---|---|---|---|")
+    print(f"\n| system | WER | PER | NLL/phone | MAP monotonic | train s | decode s |"
+          f"  (test split, beam {args.beam}, stress stripped)")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        ts = "—" if r["train_seconds"] is None else f"{r['train_seconds']:.0f}"
+        ts = "—" if r.get("train_seconds") is None else f"{r['train_seconds']:.0f}"
         print(f"| {r['method']} | {100 * r['wer']:.1f} % | {100 * r['per']:.1f} % | "
-              f"{100 * r['monotonic_share']:.1f} % | {ts} |")
+              f"{r['nll_per_token']:.3f} | {100 * r['monotonic_share']:.1f} % | {ts} | "
+              f"{r['decode_seconds']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -86,8 +86,12 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
     src_vocab = Vocab.build(s for s, _ in train.pairs)
     tgt_vocab = Vocab.build(t for _, t in train.pairs)
     torch.manual_seed(seed)
+    if args.backend == "numpyro" and args.dropout:
+        raise ValueError("--dropout: the NumPyro backend trains without dropout; use the Pyro "
+                         "backend or --dropout 0")
     model = Seq2SeqAlignment(len(src_vocab), len(tgt_vocab), hidden=args.hidden,
-                             score=args.score, family=m.family(args.hidden), q_prior=args.q_prior)
+                             embed=args.embed, score=args.score, family=m.family(args.hidden),
+                             q_prior=args.q_prior, dropout=args.dropout)
     batches = make_batches(train.pairs, src_vocab, tgt_vocab, args.batch_size, shuffle=True,
                            seed=seed)
     valid = splits["valid"] or splits["test"]
@@ -435,6 +439,9 @@ def _add_eval_data(p):
 def _add_training(p):
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--embed", type=int, help="embedding size (default: --hidden)")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="dropout on embeddings and the output layer's input (Pyro backend)")
     p.add_argument("--score", default="additive")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--q-prior", action=argparse.BooleanOptionalAction, default=True,

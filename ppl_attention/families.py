@@ -378,12 +378,12 @@ class MarkovCategorical(Family):
         """log p(z_t = j | z_{t−1} = prev): ``scores_t [B, S]``, ``mask [B, S]`` bool, ``prev``
         long ``[..., B]`` (−1 before the start; may carry enumeration dims) → ``[..., B, S]``.
         An impossible ``prev`` (a padded position, which enumeration also visits with
-        probability 0) gets a finite dummy row so that nothing becomes NaN."""
+        probability 0) gets the dummy row z_t = 0 so that nothing becomes NaN."""
         S = scores_t.shape[-1]
         j = torch.arange(S, device=scores_t.device)
         d = j - prev.unsqueeze(-1)  # [..., B, S]
         ok = (d >= -self.max_back) & (d <= self.max_jump) & mask
-        ok = torch.where(ok.any(-1, keepdim=True), ok, mask & (j == 0))
+        ok = torch.where(ok.any(-1, keepdim=True), ok, j == 0)
         w = self.jump_logits[(d + self.max_back).clamp(0, self.jump_logits.numel() - 1)]
         logits = torch.where(ok, scores_t + w, torch.full_like(w, -torch.inf))
         return logits.log_softmax(-1)

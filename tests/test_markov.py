@@ -112,3 +112,56 @@ def test_markov_beam_scores_are_the_exact_sequence_log_likelihood():
                 assert score == pytest.approx(float(ll.sum()), abs=1e-6)
             checked += 1
     assert checked == 6
+
+
+@pytest.mark.parametrize("max_back", [0, 1])
+def test_numpyro_mirror_equals_pyro_on_the_same_weights(max_back):
+    """NumPyro's MarkovCategorical: the forward scan, the forward–backward marginals, the
+    enumerated ``scan`` model's log density (funsor) and the hmm-exact training gradient equal
+    the Pyro side's on the same weights, on a batch padded in rows and positions."""
+    import functools
+
+    import jax
+    import numpy as np
+    from numpyro import handlers
+    from numpyro.contrib.funsor import enum, log_density
+
+    from ppl_attention.numpyro.batching import to_jax
+    from ppl_attention.numpyro.inference.fit import make_loss
+    from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
+
+    model, sv, tv = _model(max_back)
+    model = model.float()
+    (b,) = make_batches(PAIRS, sv, tv, 3)
+    B, S = b.src.shape
+    T = b.tgt_out.shape[1]
+    jb = to_jax(b, 5, 4)
+    jm, p = JaxModel.from_torch(model)
+    with torch.no_grad():
+        ll_t = model.exact_token_log_likelihood(b).sum(-1).numpy()
+        post_t = model.exact_posterior(b).numpy()
+    ll_j = np.asarray(jax.jit(jm.exact_token_log_likelihood)(p, jb).sum(-1))
+    assert np.allclose(ll_j[:B], ll_t, rtol=1e-5) and np.all(ll_j[B:] == 0)
+    post_j = np.asarray(jax.jit(jm.exact_posterior)(p, jb))
+    assert np.allclose(post_j[:B, :T, :S], post_t, atol=1e-5)
+    assert np.all(post_j[:B, :, S:] == 0) and np.all(post_j[B:] == 0)
+
+    def enumerated_log_density(params):
+        mdl = handlers.substitute(functools.partial(jm.model, enumerate_z=True),
+                                  data={"seq2seq": params})
+        return log_density(enum(mdl, first_available_dim=-3), (jb,), {}, {})[0]
+
+    assert float(enumerated_log_density(p)) == pytest.approx(float(ll_t.sum()), rel=1e-5)
+
+    pyro.clear_param_store()
+    model.zero_grad()
+    loss_t = TraceEnum_ELBO(max_plate_nesting=2).loss_and_grads(
+        lambda bb: model.model(bb, enumerate_z=True), lambda bb: None, b)
+    loss_j, grads = jax.value_and_grad(
+        lambda pp: make_loss(jm, "hmm-exact")(pp, jax.random.PRNGKey(0), jb, 1.0)[0])(p)
+    assert float(loss_j) == pytest.approx(loss_t, rel=1e-5)
+    for name, par in model.named_parameters():
+        if name.startswith("q_"):  # the unused inference network
+            continue
+        g_t = par.grad.numpy() if par.grad is not None else np.zeros(par.shape)
+        assert np.allclose(np.asarray(grads[name]), g_t, atol=1e-5), name

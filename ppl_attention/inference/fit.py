@@ -75,6 +75,7 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
     elbo = m.elbo()
     bar = tqdm(range(start, steps), disable=not progress, desc=method, leave=False)
     t0, tokens = time.perf_counter(), 0
+    trained_before = run.extra.get("train_seconds", 0.0)  # earlier segments of a resumed run
     for step in bar:
         epoch, pos = divmod(step, len(train))
         batch = train[_order(len(train), seed, epoch)[pos]]
@@ -101,12 +102,14 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         if out is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 \
                 and step + 1 < steps:
             run.step = step + 1
-            run.extra.update(avg_baseline=avg, best_valid=best)
+            run.extra.update(avg_baseline=avg, best_valid=best,
+                             train_seconds=trained_before + time.perf_counter() - t0)
             run.optimizer_state = optimizer.state_dict()
             run.rng_state = {"torch": torch.get_rng_state(), "python": random.getstate()}
             run.save(out, complete=False)
     run.step = steps
     run.extra.update(avg_baseline=avg, best_valid=best,
+                     train_seconds=trained_before + time.perf_counter() - t0,
                      ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps - start))
     run.optimizer_state = optimizer.state_dict()
     run.rng_state = {"torch": torch.get_rng_state(), "python": random.getstate()}

@@ -21,7 +21,8 @@ from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
 
 __all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
-           "LogNormal", "GaussianContext", "FAMILIES", "make_family", "masked_softmax"]
+           "LogNormal", "GaussianContext", "MarkovCategorical", "FAMILIES", "make_family",
+           "masked_softmax"]
 
 
 def masked_softmax(scores, mask):
@@ -269,8 +270,100 @@ class GaussianContext(Family):
         return value
 
 
+class MarkovCategorical(Family):
+    """Hard monotonic (HMM) attention, as :class:`ppl_attention.families.MarkovCategorical`:
+
+        p(z_t = j | z_{t−1} = i, x, y<t) ∝ exp(e_tj + w_{j−i}),  −max_back ≤ j − i ≤ max_jump,
+
+    z_{−1} = −1. Its one parameter, the jump logits w (key ``"jump_logits"``, zero-initialized),
+    comes as ``params``. The forward algorithm is a ``jax.lax.scan``; the NumPyro model
+    enumerates z_t under ``numpyro.contrib.control_flow.scan``
+    (:class:`~ppl_attention.numpyro.models.Seq2SeqAlignment`)."""
+
+    name = "markov-categorical"
+    enumerable = True
+    markov = True
+
+    def __init__(self, max_jump: int = 3, max_back: int = 0):
+        if not isinstance(max_jump, int) or max_jump < 1:
+            raise ValueError(f"max_jump must be an int ≥ 1, got {max_jump!r}")
+        if not isinstance(max_back, int) or max_back < 0:
+            raise ValueError(f"max_back must be an int ≥ 0, got {max_back!r}")
+        self.max_jump, self.max_back = max_jump, max_back
+
+    def _config(self):
+        return {"max_jump": self.max_jump, "max_back": self.max_back}
+
+    def init(self, key) -> Params:
+        return {"jump_logits": jnp.zeros(self.max_back + self.max_jump + 1)}
+
+    def transition_log_probs(self, scores_t, mask, prev, params: Params):
+        """log p(z_t = j | z_{t−1} = prev): ``scores_t [B, S]``, ``mask [B, S]``, ``prev`` int
+        ``[..., B]`` (−1 before the start; may carry enumeration dims) → ``[..., B, S]``; an
+        impossible ``prev`` (or a fully padded row) gets the dummy row z_t = 0, as on the torch
+        side."""
+        w_all = params["jump_logits"]
+        S = scores_t.shape[-1]
+        j = jnp.arange(S)
+        d = j - prev[..., None]
+        ok = (d >= -self.max_back) & (d <= self.max_jump) & mask
+        ok = jnp.where(ok.any(-1, keepdims=True), ok, j == 0)
+        w = w_all[jnp.clip(d + self.max_back, 0, w_all.shape[0] - 1)]
+        # −1e30 rather than −inf: the same probabilities (exp(−1e30) = 0), no NaN gradients
+        return masked_log_softmax(scores_t + w, ok)
+
+    def transition_matrix(self, scores_t, mask, params: Params):
+        """log T_t[b, i, j] = log p(z_t = j | z_{t−1} = i), ``[B, S, S]``."""
+        B, S = scores_t.shape
+        prev = jnp.broadcast_to(jnp.arange(S)[:, None], (S, B))
+        return jnp.swapaxes(self.transition_log_probs(scores_t, mask, prev, params), 0, 1)
+
+    def start_log_probs(self, scores_t, mask, params: Params):
+        """log p(z_0 = j) ``[B, S]``."""
+        prev = jnp.full(scores_t.shape[:1], -1)
+        return self.transition_log_probs(scores_t, mask, prev, params)
+
+    def forward_log_likelihood(self, scores, mask, emissions, target_mask, params: Params):
+        """Forward algorithm (torch side's docstring): log p(y_t | x, y<t) ``[B, T]`` (0 on
+        padded targets) and the filters log p(z_t | x, y≤t) ``[B, T, S]``."""
+        floor = -1e30
+        emissions = jnp.maximum(emissions, floor)
+        pred0 = jnp.maximum(self.start_log_probs(scores[:, 0], mask, params), floor)
+
+        def step(log_alpha, xs):
+            e_t, emis_t, keep_t = xs
+            logT = jnp.maximum(self.transition_matrix(e_t, mask, params), floor)
+            pred = jax.nn.logsumexp(log_alpha[..., None] + logT, 1)
+            return _filter_step(log_alpha, pred, emis_t, keep_t)
+
+        def _filter_step(log_alpha, pred, emis_t, keep_t):
+            joint = pred + emis_t
+            ll = jax.nn.logsumexp(joint, -1)
+            alpha = jnp.where(keep_t[:, None], joint - ll[:, None], log_alpha)
+            return alpha, (jnp.where(keep_t, ll, 0.0), alpha)
+
+        alpha0, (ll0, f0) = _filter_step(jnp.zeros_like(pred0), pred0, emissions[:, 0],
+                                         jnp.ones_like(target_mask[:, 0]))
+        ll0 = jnp.where(target_mask[:, 0], ll0, 0.0)
+        xs = tuple(jnp.swapaxes(a[:, 1:], 0, 1) for a in (scores, emissions, target_mask))
+        _, (lls, fs) = jax.lax.scan(step, alpha0, xs)
+        ll = jnp.concatenate([ll0[:, None], jnp.swapaxes(lls, 0, 1)], 1)
+        filters = jnp.concatenate([f0[:, None], jnp.swapaxes(fs, 0, 1)], 1)
+        return ll, filters
+
+    def prior(self, scores, mask, keys, values, params=None):
+        raise ValueError("MarkovCategorical has no vectorized prior: each z_t depends on "
+                         "z_{t-1}; draw it with transition_log_probs in a scan")
+
+    def posterior(self, scores, mask, values, scale=None):
+        raise ValueError("MarkovCategorical is marginalized exactly; it has no guide family")
+
+    def context(self, value, values):
+        return jax.nn.one_hot(value, values.shape[-2], dtype=values.dtype) @ values
+
+
 FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull,
-                                      LogNormal, GaussianContext)}
+                                      LogNormal, GaussianContext, MarkovCategorical)}
 
 
 def make_family(family) -> Family:

@@ -28,7 +28,8 @@ class Twin:
         self.model, p = Seq2SeqAlignment.from_torch(run.model)
         self.params = p if params is None else params
         self.method = run.method
-        self.kind = self.model.family.name
+        # the Markov family is exact and enumerable: evaluated as a categorical one
+        self.kind = "categorical" if self.model.markov else self.model.family.name
         spec = get_method(run.method) if run.method in _numpyro_methods() else None
         self.posterior = "inference"
         if spec is not None and spec.posterior != "none":

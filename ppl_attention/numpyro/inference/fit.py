@@ -66,6 +66,10 @@ def make_loss(model: Seq2SeqAlignment, method: str):
             if m.baseline == "soft":
                 base = jax.lax.stop_gradient(model.soft_token_log_likelihood(params, batch))
             return score_function_loss(key, params, mdl(1.0), guide_fn(1.0), batch, base)
+    elif m.loss_kind == "forward":
+        def loss(params, key, batch, kl):
+            v = -model.exact_token_log_likelihood(params, batch).sum()
+            return v, v
     elif m.loss_kind == "enumerated-guide":
         def loss(params, key, batch, kl):
             v = enumerated_guide_loss(key, params, mdl(1.0), guide_fn(1.0), batch)

@@ -14,6 +14,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 import numpyro
+import numpyro.distributions as dist
 from numpyro import handlers
 
 from ..attend import attend
@@ -64,8 +65,11 @@ class Seq2SeqAlignment:
 
     @classmethod
     def from_torch(cls, torch_model) -> tuple[Seq2SeqAlignment, Params]:
-        """The NumPyro twin of a torch ``Seq2SeqAlignment`` and its weights."""
-        m = cls(family=from_torch_family(torch_model.family), **torch_model.config)
+        """The NumPyro twin of a torch ``Seq2SeqAlignment`` and its weights (for evaluation:
+        a model trained with dropout evaluates without it, as the torch model does in eval
+        mode)."""
+        config = dict(torch_model.config, dropout=0.0)
+        m = cls(family=from_torch_family(torch_model.family), **config)
         m.params = from_torch(torch_model.state_dict())
         return m, m.params
 
@@ -110,11 +114,15 @@ class Seq2SeqAlignment:
         _, (hs, es, cs) = jax.lax.scan(step, (zeros, zeros, zeros), jnp.swapaxes(emb, 0, 1))
         return tuple(jnp.swapaxes(a, 0, 1) for a in (hs, es, cs))
 
+    def emission_logits(self, params: Params, h, v):
+        """W_o tanh(W_ch h + W_cv v) ``[..., V]`` (unnormalized), broadcasting enumeration dims
+        of ``v``."""
+        return linear(params, "W_o", jnp.tanh(linear(params, "W_ch", h)
+                                              + linear(params, "W_cv", v)))
+
     def emission_log_prob(self, params: Params, h, v, y):
         """log softmax(W_o tanh(W_ch h + W_cv v))_y, broadcasting enumeration dims of ``v``."""
-        logits = linear(params, "W_o", jnp.tanh(linear(params, "W_ch", h)
-                                                + linear(params, "W_cv", v)))
-        logp = jax.nn.log_softmax(logits, -1)
+        logp = jax.nn.log_softmax(self.emission_logits(params, h, v), -1)
         y = jnp.broadcast_to(y, logp.shape[:-1])
         return jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
 
@@ -126,14 +134,36 @@ class Seq2SeqAlignment:
         emis = self.emission_log_prob(params, h[:, :, None], H[:, None], batch.tgt_out[..., None])
         return log_prior, emis
 
+    @property
+    def markov(self) -> bool:
+        return getattr(self.family, "markov", False)
+
+    def _markov_forward(self, params: Params, batch, emis=None):
+        H = self.encode(params, batch.src, batch.src_mask)
+        h, e, _ = self.decode(params, H, batch.src_mask, batch.tgt_in)
+        if emis is None:
+            emis = self.emission_log_prob(params, h[:, :, None], H[:, None],
+                                          batch.tgt_out[..., None])
+        emis = jnp.where(batch.src_mask[:, None], emis, -jnp.inf)
+        return self.family.forward_log_likelihood(e, batch.src_mask, emis, batch.tgt_mask,
+                                                  sub(params, "family"))
+
     def exact_token_log_likelihood(self, params: Params, batch):
-        """log p(y_t | x, y<t) ``[B, T]``, 0 on padding."""
+        """log p(y_t | x, y<t) ``[B, T]``, 0 on padding (the forward algorithm for the Markov
+        family)."""
+        if self.markov:
+            return self._markov_forward(params, batch)[0]
         log_prior, emis = self.prior_and_emissions(params, batch)
         ll = jax.nn.logsumexp(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
         return jnp.where(batch.tgt_mask, ll, 0.0)
 
     def exact_posterior(self, params: Params, batch):
-        """p(z_t = j | x, y) ``[B, T, S]``."""
+        """p(z_t = j | x, y) ``[B, T, S]``; for the Markov family the forward–backward marginals
+        as ∂ log p(y | x) / ∂ log p(y_t | z_t = j) (as on the torch side)."""
+        if self.markov:
+            _, emis = self.prior_and_emissions(params, batch)
+            grad = jax.grad(lambda em: self._markov_forward(params, batch, em)[0].sum())(emis)
+            return jnp.where(batch.tgt_mask[..., None], grad, 0.0)
         log_prior, emis = self.prior_and_emissions(params, batch)
         return jax.nn.softmax(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
 
@@ -167,6 +197,8 @@ class Seq2SeqAlignment:
         p = numpyro.param("seq2seq", self.params)
         H = self.encode(p, batch.src, batch.src_mask)
         h, e, _ = self.decode(p, H, batch.src_mask, batch.tgt_in)
+        if self.markov:
+            return self._markov_model(p, batch, H, h, e, enumerate_z)
         plate_b, plate_t = self._plates(batch)
         with plate_b, plate_t:
             with self._scale(kl_scale):
@@ -177,6 +209,37 @@ class Seq2SeqAlignment:
                               infer={"enumerate": "parallel"} if enumerate_z else None)
             lp = self.emission_log_prob(p, h, v, batch.tgt_out)
             numpyro.factor("y", jnp.where(batch.tgt_mask, lp, 0.0))
+
+    def _markov_model(self, p: Params, batch, H, h, e, enumerate_z: bool):
+        """z_t ~ p(z_t | z_{t−1}, x, y<t) and the factor ``y`` under
+        ``numpyro.contrib.control_flow.scan`` (sites ``align``/``y`` stacked over t; the torch
+        side's sequential sites ``align_t`` under ``pyro.markov``). Enumerated, TraceEnum_ELBO
+        runs the forward algorithm. Padded targets keep their site and a zero factor."""
+        from numpyro.contrib.control_flow import scan
+
+        B = batch.tgt_out.shape[0]
+        fam = sub(p, "family")
+        infer = {"enumerate": "parallel"} if enumerate_z else {}
+        S = H.shape[1]
+
+        def step(prev, xs):
+            h_t, e_t, y_t, keep_t = xs
+            with numpyro.plate("batch", B, dim=-1):
+                logp = self.family.transition_log_probs(e_t, batch.src_mask, prev, fam)
+                # the floor stands in for log 0: NumPyro's validation refuses −inf logits
+                # a fresh infer dict per site: NumPyro writes each site's dim names into it
+                z = numpyro.sample(SITE, dist.Categorical(logits=jnp.maximum(logp, -1e30)),
+                                   infer=dict(infer))
+                v = (jax.nn.one_hot(z, S, dtype=H.dtype)[..., None] * H).sum(-2)
+                # an observed site, not a factor: NumPyro's scan misnames the enumeration dims
+                # of a factor's log-density (numpyro 0.22)
+                with handlers.mask(mask=keep_t):
+                    numpyro.sample("y", dist.Categorical(logits=self.emission_logits(p, h_t, v)),
+                                   obs=y_t)
+            return z, None
+
+        xs = tuple(jnp.swapaxes(a, 0, 1) for a in (h, e, batch.tgt_out, batch.tgt_mask))
+        scan(step, jnp.full((B,), -1), xs)
 
     def guide(self, batch, *, posterior: str = "inference", enumerate_z: bool = False,
               kl_scale=1.0):
