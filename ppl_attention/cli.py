@@ -1,4 +1,5 @@
-"""The ``ppl-attention`` command: train | evaluate | align | compare.
+"""The ``ppl-attention`` command: train | evaluate | align | decode | analyze | diagnose |
+sample | compare.
 
 Bad input (a malformed TSV or Pharaoh file, an unknown method, a missing run) ends with one
 ``error: …`` line naming the file, line and field, and exit status 2 — never a traceback.
@@ -22,6 +23,14 @@ from .data.tasks import Split
 from .inference import METHODS, Run, evaluate, fit, get_method
 from .inference.evaluate import alignment_links
 from .models import Seq2SeqAlignment
+from .seq_vae_cli import (
+    add_model_arguments,
+    cmd_sample,
+    eval_sequences,
+    evaluate_seq_vae,
+    print_report,
+    train_seq_vae,
+)
 
 
 def _load_split(data_dir: Path, name: str, required: bool = True) -> Split | None:
@@ -128,6 +137,11 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
 
 
 def cmd_train(args) -> int:
+    if args.model == "seq-vae":
+        _, report = train_seq_vae(args, args.seed, Path(args.out))
+        print_report(report, as_json=True)
+        print(f"wrote run directory {args.out}", file=sys.stderr)
+        return 0
     _, report = train_one(args, args.method, args.seed, Path(args.out))
     print(json.dumps(report, indent=1))
     print(f"wrote run directory {args.out}", file=sys.stderr)
@@ -136,6 +150,11 @@ def cmd_train(args) -> int:
 
 def cmd_evaluate(args) -> int:
     run = Run.load(args.run)
+    if run.method == "seq-vae":
+        report = evaluate_seq_vae(run, eval_sequences(run, args), iwae_k=args.iwae_k or 100)
+        print_report(report, args.json)
+        return 0
+    args.iwae_k = args.iwae_k or 10
     split = _eval_split(run, args)
     batches = make_batches(split.pairs, run.src_vocab, run.tgt_vocab, 64, gold=split.gold)
     report = evaluate(run, batches, gold=split.gold, log_likelihood=split.log_likelihood,
@@ -465,12 +484,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--checkpoint-every", type=int,
                    help="save a resumable PARTIAL run directory every N steps")
+    add_model_arguments(p)
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("evaluate", help="NLL/token (exact where defined), ELBO, AER")
     p.add_argument("run")
     _add_eval_data(p)
-    p.add_argument("--iwae-k", type=int, default=10)
+    p.add_argument("--iwae-k", type=int, help="importance samples (default 10; 100 for a "
+                   "seq-vae run)")
     p.add_argument("--beam", type=int, default=1, help="beam for WER/PER (G2P runs)")
     p.add_argument("--json", action="store_true")
     _add_backend(p)
@@ -504,6 +525,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the table (.md) and the numbers (.json) here")
     p.set_defaults(fn=cmd_diagnose)
+
+    p = sub.add_parser("sample", help="a seq-vae run: prior samples, reconstructions, "
+                       "interpolations")
+    p.add_argument("run")
+    p.add_argument("--data", help="sequences to reconstruct (default: the run's test split)")
+    p.add_argument("--data-dir", help="a folder with test.tsv")
+    p.add_argument("--n", type=int, default=5, help="prior samples and reconstructions")
+    p.add_argument("--steps", type=int, default=5, help="points on the interpolation")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--join", action="store_true", help="print tokens without spaces")
+    p.set_defaults(fn=cmd_sample)
 
     p = sub.add_parser("compare", help="train several methods × seeds, tabulate and plot")
     _add_data_source(p)

@@ -55,3 +55,33 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def write_tsv(path: str | os.PathLike, pairs: list[Pair]) -> None:
     atomic_write_text(path, "".join(f"{' '.join(s)}\t{' '.join(t)}\n" for s, t in pairs))
+
+
+def read_sequences(path: str | os.PathLike, side: str = "target") -> list[list[str]]:
+    """Single sequences for a sequence model: a one-column file (space-separated tokens a
+    line), or a ``source<TAB>target`` corpus read on ``side`` ("source" or "target"). An empty
+    sequence or a line with more than one tab is a :class:`DataError` naming file and line."""
+    if side not in ("source", "target"):
+        raise ValueError(f"side must be 'source' or 'target', got {side!r}")
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such corpus file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    seqs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        fields = line.split("\t")
+        if len(fields) > 2:
+            raise DataError(f"{path}:{n}: expected one column or 'source<TAB>target', found "
+                            f"{len(fields) - 1} tabs: {line!r}")
+        field = fields[0] if len(fields) == 1 or side == "source" else fields[1]
+        tokens = field.split()
+        if not tokens:
+            what = "line" if len(fields) == 1 else f"{side} side"
+            raise DataError(f"{path}:{n}: empty {what} (a sequence needs at least one token)")
+        seqs.append(tokens)
+    if not seqs:
+        raise DataError(f"{path}: no sequences")
+    return seqs

@@ -1,5 +1,5 @@
-"""Training: Adam on the ELBO of a registered method, gradient clipping, validation, best
-checkpoint, resume."""
+"""Training: Adam on the ELBO of a registered method (or a sequence VAE's objective), gradient
+clipping, validation, best checkpoint, resume — one loop for every model."""
 
 from __future__ import annotations
 
@@ -31,6 +31,55 @@ SCHEDULES = {
 }
 
 
+class MethodObjective:
+    """A registered inference method on a :class:`Seq2SeqAlignment`: its ELBO estimate, and the
+    exact (or IWAE) NLL/token for validation."""
+
+    def __init__(self, method: str):
+        self.method = get_method(method)
+        self.elbo = self.method.elbo()
+
+    def loss_and_grads(self, model, batch: Batch, step: int, avg: float | None) -> float:
+        return loss_and_grads(self.method, self.elbo, model, batch, step, avg)
+
+    def validate(self, run: Run, batches: list[Batch]) -> float:
+        from .evaluate import nll_per_token  # local: evaluate imports fit's siblings
+
+        return nll_per_token(run, batches)
+
+
+class SeqVAEObjective:
+    """:class:`~ppl_attention.models.seq_vae.AttentionSeqVAE`'s annealed, free-bits ELBO
+    (``anneal`` ∈ ANNEALING over ``anneal_steps``); validation: −ELBO/token at β = 1 without free
+    bits (one draw of z)."""
+
+    def __init__(self, model, anneal: str = "none", anneal_steps: int = 1):
+        from ..models.seq_vae import ANNEALING
+
+        if anneal not in ANNEALING:
+            raise ValueError(f"unknown KL annealing {anneal!r}; valid: {', '.join(ANNEALING)}")
+        self.beta = lambda step: ANNEALING[anneal](step, anneal_steps)
+        self.elbo = model.make_elbo()
+
+    def loss_and_grads(self, model, batch: Batch, step: int, avg: float | None) -> float:
+        return model.loss_and_grads(self.elbo, batch, self.beta(step))
+
+    def validate(self, run: Run, batches: list[Batch]) -> float:
+        from ..analysis.latent import elbo_per_token
+
+        return -elbo_per_token(run.model, batches)
+
+
+def make_objective(model, method: str, config: dict | None = None):
+    """The training objective of ``method`` for ``model``: ``"seq-vae"`` for a sequence VAE
+    (options ``kl_anneal``, ``anneal_steps`` from ``config``), else a registered method."""
+    if method == "seq-vae":
+        config = config or {}
+        return SeqVAEObjective(model, config.get("kl_anneal", "none"),
+                               config.get("anneal_steps", 1))
+    return MethodObjective(method)
+
+
 def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, seed: int = 0, *,
         src_vocab: Vocab, tgt_vocab: Vocab, valid: list[Batch] | None = None, lr: float = 3e-3,
         clip: float = 5.0, valid_every: int = 100, resume: Run | None = None,
@@ -51,9 +100,6 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
     """
     if lr_schedule not in SCHEDULES:
         raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
-    from .evaluate import nll_per_token  # local: evaluate imports fit's siblings
-
-    m = get_method(method)
     if not train:
         raise ValueError("no training batches")
     pyro.clear_param_store()
@@ -71,8 +117,8 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         pyro.set_rng_seed(seed)
     avg = run.extra.get("avg_baseline")
     best = run.extra.get("best_valid", float("inf"))
+    objective = make_objective(model, method, run.config)
     model.train()
-    elbo = m.elbo()
     bar = tqdm(range(start, steps), disable=not progress, desc=method, leave=False)
     t0, tokens = time.perf_counter(), 0
     trained_before = run.extra.get("train_seconds", 0.0)  # earlier segments of a resumed run
@@ -82,7 +128,7 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         for group in optimizer.param_groups:
             group["lr"] = lr * SCHEDULES[lr_schedule](step, steps)
         optimizer.zero_grad()
-        loss = loss_and_grads(m, elbo, model, batch, step, avg) / batch.n_tokens
+        loss = objective.loss_and_grads(model, batch, step, avg) / batch.n_tokens
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         avg = -loss if avg is None else 0.95 * avg - 0.05 * loss
@@ -91,7 +137,7 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         if valid and ((step + 1) % valid_every == 0 or step + 1 == steps):
             model.eval()
             with torch.random.fork_rng():  # validation draws must not shift the training RNG
-                record["valid_nll"] = v = nll_per_token(run, valid)
+                record["valid_nll"] = v = objective.validate(run, valid)
             model.train()
             if v < best:
                 best = v

@@ -23,7 +23,7 @@ PARTIAL = "PARTIAL"  # a periodic checkpoint of a run still training: resumable,
 
 @dataclass
 class Run:
-    model: Seq2SeqAlignment
+    model: Seq2SeqAlignment  # or an AttentionSeqVAE (method "seq-vae"; src_vocab = tgt_vocab)
     method: str
     src_vocab: Vocab
     tgt_vocab: Vocab
@@ -75,9 +75,14 @@ class Run:
         if not (path / COMPLETE).exists() and not (partial and (path / PARTIAL).exists()):
             raise ValueError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
         cfg = json.loads((path / "config.json").read_text())
-        method = get_method(cfg["method"])
         mc = cfg["model"]
-        model = Seq2SeqAlignment(family=method.family(mc["hidden"]), **mc)
+        if cfg["method"] == "seq-vae":
+            from ..models.seq_vae import AttentionSeqVAE
+
+            model = AttentionSeqVAE(**mc)
+        else:
+            method = get_method(cfg["method"])
+            model = Seq2SeqAlignment(family=method.family(mc["hidden"]), **mc)
         ckpt = torch.load(path / "checkpoint.pt", weights_only=False)
         extra = ckpt.get("extra") or {}
         best = extra.get("best_model") if which == "best" else None

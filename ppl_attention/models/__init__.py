@@ -1,5 +1,6 @@
 """The Pyro model collection."""
 
 from .seq2seq import Seq2SeqAlignment
+from .seq_vae import AttentionSeqVAE
 
-__all__ = ["Seq2SeqAlignment"]
+__all__ = ["AttentionSeqVAE", "Seq2SeqAlignment"]
