@@ -120,7 +120,7 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
               src_vocab=src_vocab, tgt_vocab=tgt_vocab, valid=valid_b, lr=args.lr,
               valid_every=args.valid_every, resume=resume, progress=progress,
               lr_schedule=args.lr_schedule,
-              **({"checkpoint_every": args.checkpoint_every}
+              **({"checkpoint_every": args.checkpoint_every, "out": out}
                  if getattr(args, "checkpoint_every", None) else {}),
               config={"data": source, "batch_size": args.batch_size})
     test = splits["test"]

@@ -147,15 +147,18 @@ def evaluate_seq_vae(run, seqs: list[list[str]], iwae_k: int = 100, seed: int = 
 
 def eval_sequences(run, args) -> list[list[str]]:
     """The sequences ``evaluate`` scores: ``--data`` (one column or a TSV on the run's side),
-    ``--data-dir``'s test file, or the run's task's test split."""
+    ``--data-dir``'s test file, or the test split of the run's own data."""
     side = run.config.get("data", {}).get("side", "target")
     if getattr(args, "data", None):
         return read_sequences(args.data, side)
     if getattr(args, "data_dir", None):
         return read_sequences(Path(args.data_dir) / "test.tsv", side)
     src = run.config.get("data", {})
+    if "data_dir" in src and (Path(src["data_dir"]) / "test.tsv").exists():
+        return read_sequences(Path(src["data_dir"]) / "test.tsv", side)
     if "task" not in src:
-        raise DataError("give --data FILE or --data-dir DIR (this run was not trained on a task)")
+        raise DataError("give --data FILE or --data-dir DIR (the run's training data has no "
+                        "test.tsv)")
     from .cli import _task
 
     task = _task(**{k: v for k, v in src.items() if k != "side"})
