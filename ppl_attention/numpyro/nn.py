@@ -69,34 +69,104 @@ def lstm_cell(params: Params, suffix: str, x, state, prefix: str = ""):
     return h, c
 
 
-def _run(params, prefix, suffix, xs, mask):
-    """Scan an LSTM over ``xs [B, L, d]`` from a zero state; the state is held where ``mask`` is
-    False (padding after a sequence's end), outputs there are 0."""
+def gru_cell(params: Params, suffix: str, x, h, prefix: str = ""):
+    """One torch GRU(Cell) step; gates r, z, n:  n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn)),
+    h' = (1 − z) ⊙ n + z ⊙ h."""
+    gi = x @ params[f"{prefix}weight_ih{suffix}"].T + params[f"{prefix}bias_ih{suffix}"]
+    gh = h @ params[f"{prefix}weight_hh{suffix}"].T + params[f"{prefix}bias_hh{suffix}"]
+    ir, iz, in_ = jnp.split(gi, 3, axis=-1)
+    hr, hz, hn = jnp.split(gh, 3, axis=-1)
+    r, z = jax.nn.sigmoid(ir + hr), jax.nn.sigmoid(iz + hz)
+    n = jnp.tanh(in_ + r * hn)
+    return (1.0 - z) * n + z * h
+
+
+def _run(params, prefix, suffix, xs, mask, cell: str = "lstm"):
+    """Scan an LSTM (or GRU) over ``xs [B, L, d]`` from a zero state; the state is held where
+    ``mask`` is False (padding after a sequence's end), outputs there are 0."""
     B = xs.shape[0]
     hidden = params[f"{prefix}weight_hh{suffix}"].shape[1]
     zeros = jnp.zeros((B, hidden), xs.dtype)
 
     def step(state, inp):
         x, m = inp
-        h, c = lstm_cell(params, suffix, x, state, prefix)
         m = m[:, None]
+        if cell == "gru":
+            h = gru_cell(params, suffix, x, state, prefix)
+            return jnp.where(m, h, state), jnp.where(m, h, 0.0)
+        h, c = lstm_cell(params, suffix, x, state, prefix)
         state = (jnp.where(m, h, state[0]), jnp.where(m, c, state[1]))
         return state, jnp.where(m, h, 0.0)
 
-    _, out = jax.lax.scan(step, (zeros, zeros), (jnp.swapaxes(xs, 0, 1), mask.T))
+    init = zeros if cell == "gru" else (zeros, zeros)
+    _, out = jax.lax.scan(step, init, (jnp.swapaxes(xs, 0, 1), mask.T))
     return jnp.swapaxes(out, 0, 1)
 
 
-def bilstm(params: Params, prefix: str, xs: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
-    """A one-layer bidirectional torch ``nn.LSTM`` over packed sequences: ``xs [B, L, d]``,
-    ``mask [B, L]`` (a prefix of True per row) → ``[B, L, 2·h]``, 0 on padding. The backward
-    direction starts at each row's last real token, as ``pack_padded_sequence`` makes it."""
+def bilstm(params: Params, prefix: str, xs: jnp.ndarray, mask: jnp.ndarray,
+           cell: str = "lstm") -> jnp.ndarray:
+    """A one-layer bidirectional torch ``nn.LSTM`` (``cell="gru"``: ``nn.GRU``) over packed
+    sequences: ``xs [B, L, d]``, ``mask [B, L]`` (a prefix of True per row) → ``[B, L, 2·h]``, 0
+    on padding. The backward direction starts at each row's last real token, as
+    ``pack_padded_sequence`` makes it."""
     lengths = mask.sum(-1)
     L = xs.shape[1]
     pos = jnp.arange(L)[None, :]
     rev = jnp.where(pos < lengths[:, None], lengths[:, None] - 1 - pos, pos)  # reverse in-length
-    fwd = _run(params, prefix + ".", "_l0", xs, mask)
+    fwd = _run(params, prefix + ".", "_l0", xs, mask, cell)
     xs_rev = jnp.take_along_axis(xs, rev[..., None], axis=1)
-    bwd = _run(params, prefix + ".", "_l0_reverse", xs_rev, mask)
+    bwd = _run(params, prefix + ".", "_l0_reverse", xs_rev, mask, cell)
     bwd = jnp.take_along_axis(bwd, rev[..., None], axis=1)
     return jnp.concatenate([fwd, bwd], -1)
+
+
+def layer_norm(params: Params, name: str, x, eps: float = 1e-5):
+    """torch.nn.LayerNorm over the last dim."""
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / jnp.sqrt(var + eps) * params[f"{name}.weight"] + params[f"{name}.bias"]
+
+
+def multi_head_attention(params: Params, name: str, q, kv, heads: int, key_padding_mask=None,
+                         causal: bool = False):
+    """torch.nn.MultiheadAttention (batch_first, packed in_proj): ``q [B, T, d]``, ``kv [B, S,
+    d]``; ``key_padding_mask [B, S]`` True where a key is padding; ``causal``: query t sees keys
+    ≤ t. Returns ``[B, T, d]``."""
+    d = q.shape[-1]
+    w, b = params[f"{name}.in_proj_weight"], params[f"{name}.in_proj_bias"]
+    Q = q @ w[:d].T + b[:d]
+    K = kv @ w[d:2 * d].T + b[d:2 * d]
+    V = kv @ w[2 * d:].T + b[2 * d:]
+
+    def split(x):
+        return x.reshape(*x.shape[:-1], heads, d // heads).swapaxes(-2, -3)  # [B, H, L, dh]
+
+    Q, K, V = split(Q), split(K), split(V)
+    logits = Q @ K.swapaxes(-1, -2) / math.sqrt(d // heads)  # [B, H, T, S]
+    if key_padding_mask is not None:
+        logits = jnp.where(key_padding_mask[:, None, None, :], -jnp.inf, logits)
+    if causal:
+        T, S = logits.shape[-2:]
+        logits = jnp.where(jnp.tril(jnp.ones((T, S), bool)), logits, -jnp.inf)
+    out = jax.nn.softmax(logits, -1) @ V  # [B, H, T, dh]
+    out = out.swapaxes(-2, -3).reshape(*q.shape[:-1], d)
+    return linear(params, f"{name}.out_proj", out)
+
+
+def transformer_encoder_layer(params: Params, name: str, x, heads: int, key_padding_mask):
+    """torch.nn.TransformerEncoderLayer (post-norm, ReLU, no dropout)."""
+    x = layer_norm(params, f"{name}.norm1", x + multi_head_attention(
+        params, f"{name}.self_attn", x, x, heads, key_padding_mask))
+    ff = linear(params, f"{name}.linear2", jax.nn.relu(linear(params, f"{name}.linear1", x)))
+    return layer_norm(params, f"{name}.norm2", x + ff)
+
+
+def transformer_decoder_layer(params: Params, name: str, x, memory, heads: int,
+                              memory_key_padding_mask=None):
+    """torch.nn.TransformerDecoderLayer (post-norm, ReLU, no dropout) with a causal self-mask."""
+    x = layer_norm(params, f"{name}.norm1", x + multi_head_attention(
+        params, f"{name}.self_attn", x, x, heads, causal=True))
+    x = layer_norm(params, f"{name}.norm2", x + multi_head_attention(
+        params, f"{name}.multihead_attn", x, memory, heads, memory_key_padding_mask))
+    ff = linear(params, f"{name}.linear2", jax.nn.relu(linear(params, f"{name}.linear1", x)))
+    return layer_norm(params, f"{name}.norm3", x + ff)

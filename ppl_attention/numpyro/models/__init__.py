@@ -1,3 +1,6 @@
-from .seq2seq import Seq2SeqAlignment
+"""The NumPyro mirror of the model collection."""
 
-__all__ = ["Seq2SeqAlignment"]
+from .seq2seq import SITE, Seq2SeqAlignment
+from .seq_vae import AttentionSeqVAE
+
+__all__ = ["AttentionSeqVAE", "Seq2SeqAlignment", "SITE"]
