@@ -40,6 +40,8 @@ def main(argv=None):
     ap.add_argument("--dropout", type=float, default=0.3)
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     ap.add_argument("--out", default="runs/g2p-bench")
+    ap.add_argument("--heatmap", default="psychology",
+                    help="a test word whose alignment posteriors are drawn (OUT/alignment.png)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -74,6 +76,17 @@ def main(argv=None):
         print(json.dumps({k: r.get(k) for k in ("method", "wer", "per", "nll_per_token",
                                                 "monotonic_share", "train_seconds",
                                                 "decode_seconds")}), flush=True)
+    word = args.heatmap
+    if word and word in test.references:
+        from ppl_attention.analysis import plot_alignment_posteriors
+
+        runs = [(m, Run.load(out / m)) for m in args.methods.split(",")]
+        plot_alignment_posteriors(runs, list(word), test.references[word][0],
+                                  out / "alignment.png",
+                                  title=f"'{word}': p(z_t = j | x, y) (soft: attention weights)")
+        print(f"wrote {out / 'alignment.png'}")
+    elif word:
+        print(f"--heatmap {word!r} is not a test word; no figure")
     for name, found in (("Phonetisaurus", shutil.which("phonetisaurus-train")),
                         ("g2p_en", importlib.util.find_spec("g2p_en"))):
         if not found:
