@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyro
 import torch
 
-from .families import Family, make_family, masked_softmax
+from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask"]
 
@@ -132,7 +132,7 @@ def attend(
         fn = family.prior(scores, mask, keys=keys, values=values)
 
     if fn is None:
-        weights = masked_softmax(scores, mask)
+        weights = family.deterministic_weights(scores, mask)
         if not guide:
             pyro.deterministic(name, weights, event_dim=1)
         return weights @ values, weights

@@ -46,6 +46,7 @@ __all__ = [
     "LogNormal",
     "GaussianContext",
     "MarkovCategorical",
+    "SegmentCRF",
     "FAMILIES",
     "make_family",
     "masked_softmax",
@@ -82,6 +83,12 @@ class Family(nn.Module):
     name: str = ""
     reparameterized: bool = False
     enumerable: bool = False
+    deterministic: bool = False  # no latent variable: the weights are a function of the scores
+
+    def deterministic_weights(self, scores, mask):
+        """The weights when nothing is sampled (Soft, SegmentCRF), and the "soft" weights a
+        model feeds back (input feeding): masked softmax by default."""
+        return masked_softmax(scores, mask)
 
     def prior(self, scores, mask, keys, values):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -108,6 +115,7 @@ class Soft(Family):
     ``pyro.deterministic`` in a model; no latent variable."""
 
     name = "soft"
+    deterministic = True
 
     def prior(self, scores, mask, keys, values):
         return None
@@ -436,10 +444,84 @@ class MarkovCategorical(Family):
         return one_hot @ values
 
 
+class SegmentCRF(Family):
+    """Segmentation attention (Kim et al. 2017, §3.2): a binary linear-chain CRF over the source
+    positions, s_j ∈ {0, 1} (is position j selected?),
+
+        p(s | x, q_t) ∝ exp(Σ_j s_j·e_tj + Σ_j A[s_{j−1}, s_j]),
+
+    unary potentials the attention scores e_tj (0 for s_j = 0), pairwise potentials A (2 × 2,
+    learned, zero-initialized). The attention weights are the exact marginals
+    w_tj = p(s_j = 1 | x, q_t) — not normalized: several positions (a segment) may be selected
+    together — computed by forward–backward in log space (:meth:`marginals`); the context is
+    Σ_j w_tj v_j (Kim et al. eq. 4). Deterministic, like Soft: no sample site. Masked positions
+    are removed from the chain (their neighbours become adjacent) and get weight exactly 0.
+    """
+
+    name = "segment-crf"
+    deterministic = True
+
+    def __init__(self):
+        super().__init__()
+        self.transitions = nn.Parameter(torch.zeros(2, 2))  # A[s_{j−1}, s_j]
+
+    def _unary(self, scores):
+        return torch.stack([torch.zeros_like(scores), scores], -1)  # [..., S, 2]
+
+    def _forward(self, unary, mask):
+        A = self.transitions
+        alpha = torch.zeros_like(unary[..., 0, :])
+        started = torch.zeros_like(mask[..., :1])  # has the chain reached an unmasked position?
+        alphas = []
+        for j in range(unary.shape[-2]):
+            u, m = unary[..., j, :], mask[..., j].unsqueeze(-1)
+            new = torch.where(started, (alpha.unsqueeze(-1) + A).logsumexp(-2) + u, u)
+            alpha = torch.where(m, new, alpha)
+            started = started | m
+            alphas.append(alpha)
+        return torch.stack(alphas, -2)
+
+    def log_partition(self, scores, mask):
+        """log Z ``[...]`` from scores ``[..., S]`` and a bool ``mask [..., S]`` (≥ 1 True)."""
+        mask = torch.broadcast_to(mask, scores.shape)
+        alpha = self._forward(self._unary(scores), mask)[..., -1, :]
+        return alpha.logsumexp(-1)
+
+    def marginals(self, scores, mask):
+        """p(s_j = 1) ``[..., S]`` by forward–backward (0 where masked)."""
+        mask = torch.broadcast_to(mask, scores.shape)
+        unary = self._unary(scores)
+        alpha = self._forward(unary, mask)
+        A = self.transitions
+        S = scores.shape[-1]
+        beta = torch.zeros_like(unary[..., 0, :])
+        betas = [beta]
+        for j in range(S - 1, 0, -1):
+            m = mask[..., j].unsqueeze(-1)
+            new = (A + (unary[..., j, :] + beta).unsqueeze(-2)).logsumexp(-1)
+            beta = torch.where(m, new, beta)
+            betas.append(beta)
+        beta = torch.stack(betas[::-1], -2)
+        log_z = alpha[..., -1, :].logsumexp(-1)
+        post = (alpha + beta - log_z[..., None, None]).exp()[..., 1]
+        return torch.where(mask, post, torch.zeros_like(post))
+
+    def deterministic_weights(self, scores, mask):
+        if mask is None:
+            mask = torch.ones_like(scores, dtype=torch.bool)
+        return self.marginals(scores, mask)
+
+    def prior(self, scores, mask, keys, values):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls
     for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull, LogNormal,
-                GaussianContext, MarkovCategorical)
+                GaussianContext, MarkovCategorical, SegmentCRF)
 }
 
 

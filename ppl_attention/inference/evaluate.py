@@ -19,8 +19,10 @@ from .run import Run
 
 def _kind(run: Run) -> str:
     """"soft", "categorical" (also the Markov family: enumerable, exact), or a continuous one."""
-    name = run.model.family.name
-    return "categorical" if name == "markov-categorical" else name
+    family = run.model.family
+    if family.deterministic:  # Soft, SegmentCRF: no latent variable, exact likelihood
+        return "soft"
+    return "categorical" if family.name == "markov-categorical" else family.name
 
 
 def token_log_likelihood(run: Run, batch: Batch) -> torch.Tensor:
@@ -106,7 +108,10 @@ def map_alignments(run: Run, batch: Batch) -> torch.Tensor:
     if kind == "categorical":
         return model.exact_posterior(batch).argmax(-1)
     H = model.encode(batch.src, batch.src_mask)
-    if kind == "soft" or _guide_kwargs(run)["posterior"] == "prior":
+    if kind == "soft":
+        scores = model.decode(H, batch.src_mask, batch.tgt_in)[1]
+        return model.family.deterministic_weights(scores, batch.src_mask.unsqueeze(1)).argmax(-1)
+    if _guide_kwargs(run)["posterior"] == "prior":
         scores = model.decode(H, batch.src_mask, batch.tgt_in)[1]
     else:
         scores = model.inference_scores(batch, H)

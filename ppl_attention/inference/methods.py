@@ -95,6 +95,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("gaussian-context", "Gaussian context vector [Variational attention, Bahuleyan]",
            lambda h: fam.GaussianContext(prior="soft"), "inference",
            lambda: TraceMeanField_ELBO(max_plate_nesting=PLATES)),
+    Method("segment-crf", "segmentation attention: binary linear-chain CRF marginals, maximum "
+           "likelihood [Structured attention, Kim et al. 2017]",
+           lambda h: fam.SegmentCRF(), "none", lambda: Trace_ELBO(max_plate_nesting=PLATES)),
 ]}
 
 

@@ -111,7 +111,7 @@ class Seq2SeqAlignment(nn.Module):
         h, c, ctx = state
         h, c = self.decoder(torch.cat([emb_t, ctx], -1), (h, c))
         e = self.score(h.unsqueeze(1), H).squeeze(1)
-        ctx = (masked_softmax(e, src_mask).unsqueeze(1) @ H).squeeze(1)
+        ctx = (self.family.deterministic_weights(e, src_mask).unsqueeze(1) @ H).squeeze(1)
         return (h, c, ctx), e
 
     def markov_predictive(self, H, src_mask, state, e, log_filter=None):

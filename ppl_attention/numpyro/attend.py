@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
-from .families import Family, make_family, masked_softmax
+from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask"]
 
@@ -84,7 +84,7 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
     else:
         fn = family.prior(scores, mask, keys=keys, values=values, params=params)
     if fn is None:
-        weights = masked_softmax(scores, mask)
+        weights = family.deterministic_weights(scores, mask, params)
         if not guide:
             numpyro.deterministic(name, weights)
         return weights @ values, weights

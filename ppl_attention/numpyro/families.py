@@ -21,8 +21,8 @@ from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
 
 __all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
-           "LogNormal", "GaussianContext", "MarkovCategorical", "FAMILIES", "make_family",
-           "masked_softmax"]
+           "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "FAMILIES",
+           "make_family", "masked_softmax"]
 
 
 def masked_softmax(scores, mask):
@@ -49,9 +49,14 @@ class Family:
     name: str = ""
     reparameterized: bool = False
     enumerable: bool = False
+    deterministic: bool = False
 
     def init(self, key) -> Params:
         return {}
+
+    def deterministic_weights(self, scores, mask, params: Params | None = None):
+        """Masked softmax unless the family says otherwise (SegmentCRF: its marginals)."""
+        return masked_softmax(scores, mask)
 
     def prior(self, scores, mask, keys, values, params: Params | None = None):
         raise NotImplementedError
@@ -75,6 +80,7 @@ class Family:
 
 class Soft(Family):
     name = "soft"
+    deterministic = True
 
     def prior(self, scores, mask, keys, values, params=None):
         return None
@@ -362,8 +368,78 @@ class MarkovCategorical(Family):
         return jax.nn.one_hot(value, values.shape[-2], dtype=values.dtype) @ values
 
 
+class SegmentCRF(Family):
+    """Segmentation attention, as :class:`ppl_attention.families.SegmentCRF`: weights are the
+    marginals p(s_j = 1) of a binary linear-chain CRF (unary e_tj, pairwise ``transitions``
+    A[s_{j−1}, s_j], key ``"transitions"``), by forward–backward in log space with
+    ``jax.lax.scan``; masked positions leave the chain and get weight 0."""
+
+    name = "segment-crf"
+    deterministic = True
+
+    def init(self, key) -> Params:
+        return {"transitions": jnp.zeros((2, 2))}
+
+    @staticmethod
+    def _unary(scores):
+        return jnp.stack([jnp.zeros_like(scores), scores], -1)  # [..., S, 2]
+
+    def _forward(self, unary, mask, A):
+        def step(carry, xs):
+            alpha, started = carry
+            u, m = xs
+            new = jnp.where(started, jax.nn.logsumexp(alpha[..., :, None] + A, -2) + u, u)
+            alpha = jnp.where(m[..., None], new, alpha)
+            started = started | m[..., None]
+            return (alpha, started), alpha
+
+        init = (jnp.zeros_like(unary[..., 0, :]), jnp.zeros(mask.shape[:-1] + (1,), bool))
+        xs = (jnp.moveaxis(unary, -2, 0), jnp.moveaxis(mask, -1, 0))
+        _, alphas = jax.lax.scan(step, init, xs)
+        return jnp.moveaxis(alphas, 0, -2)
+
+    def log_partition(self, scores, mask, params: Params):
+        """log Z ``[...]``."""
+        mask = jnp.broadcast_to(mask, scores.shape)
+        alpha = self._forward(self._unary(scores), mask, params["transitions"])
+        return jax.nn.logsumexp(alpha[..., -1, :], -1)
+
+    def marginals(self, scores, mask, params: Params):
+        """p(s_j = 1) ``[..., S]`` (0 where masked)."""
+        mask = jnp.broadcast_to(mask, scores.shape)
+        A = params["transitions"]
+        unary = self._unary(scores)
+        alpha = self._forward(unary, mask, A)
+
+        def back(beta, xs):
+            u, m = xs  # position j + 1: β_j = logsumexp_{s'} A[s, s'] + u_{j+1}(s') + β_{j+1}
+            new = jax.nn.logsumexp(A + (u + beta)[..., None, :], -1)
+            beta = jnp.where(m[..., None], new, beta)
+            return beta, beta
+
+        zero = jnp.zeros_like(unary[..., 0, :])
+        xs = (jnp.moveaxis(unary[..., 1:, :], -2, 0)[::-1],
+              jnp.moveaxis(mask[..., 1:], -1, 0)[::-1])
+        _, betas = jax.lax.scan(back, zero, xs)
+        beta = jnp.concatenate([jnp.moveaxis(betas[::-1], 0, -2), zero[..., None, :]], -2)
+        log_z = jax.nn.logsumexp(alpha[..., -1, :], -1)
+        post = jnp.exp(alpha + beta - log_z[..., None, None])[..., 1]
+        return jnp.where(mask, post, 0.0)
+
+    def deterministic_weights(self, scores, mask, params: Params | None = None):
+        if mask is None:
+            mask = jnp.ones(scores.shape, bool)
+        return self.marginals(scores, mask, params)
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
 FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull,
-                                      LogNormal, GaussianContext, MarkovCategorical)}
+                                      LogNormal, GaussianContext, MarkovCategorical, SegmentCRF)}
 
 
 def make_family(family) -> Family:

@@ -15,7 +15,7 @@ from numpyro import handlers
 
 from ..batching import to_jax
 from ..models import Seq2SeqAlignment
-from ..nn import from_torch
+from ..nn import from_torch, sub
 from .methods import enumerated_guide_loss, get_method, make_elbo
 
 MULTIPLE = 4  # S and T rounded up to a multiple of this: few shapes, few compilations
@@ -29,7 +29,9 @@ class Twin:
         self.params = p if params is None else params
         self.method = run.method
         # the Markov family is exact and enumerable: evaluated as a categorical one
-        self.kind = "categorical" if self.model.markov else self.model.family.name
+        fam = self.model.family
+        self.kind = ("soft" if fam.deterministic else
+                     "categorical" if self.model.markov else fam.name)
         spec = get_method(run.method) if run.method in _numpyro_methods() else None
         self.posterior = "inference"
         if spec is not None and spec.posterior != "none":
@@ -173,7 +175,8 @@ def map_alignments(run, batch) -> np.ndarray:
     if t.kind == "categorical":
         a = t.exact_posterior(t.params, jb)
     elif t.kind == "soft":
-        a = jnp.where(jb.src_mask[:, None], t.prior_scores(t.params, jb), -jnp.inf)
+        a = t.model.family.deterministic_weights(t.prior_scores(t.params, jb), jb.src_mask[:, None],
+                                                 sub(t.params, "family"))
     else:
         a = jnp.where(jb.src_mask[:, None], t.guide_scores(t.params, jb), -jnp.inf)
     return np.asarray(jnp.argmax(a, -1))[:B, :T]

@@ -101,14 +101,14 @@ class Seq2SeqAlignment:
         input feeding with the prior's soft context c̄_{t−1}."""
         B = tgt_in.shape[0]
         emb = _embed(params, "tgt_emb", tgt_in)
-        score_p = sub(params, "score")
+        score_p, fam = sub(params, "score"), sub(params, "family")
         zeros = jnp.zeros((B, self.hidden), H.dtype)
 
         def step(carry, x):
             h, c, ctx = carry
             h, c = lstm_cell(params, "", jnp.concatenate([x, ctx], -1), (h, c), "decoder.")
             e = self.score(score_p, h[:, None], H)[:, 0]
-            ctx = (masked_softmax(e, src_mask)[:, None] @ H)[:, 0]
+            ctx = (self.family.deterministic_weights(e, src_mask, fam)[:, None] @ H)[:, 0]
             return (h, c, ctx), (h, e, ctx)
 
         _, (hs, es, cs) = jax.lax.scan(step, (zeros, zeros, zeros), jnp.swapaxes(emb, 0, 1))
