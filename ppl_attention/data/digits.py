@@ -1,0 +1,54 @@
+"""scikit-learn's bundled 8×8 handwritten digits (1,797 images, no download) as token sequences
+for an attention classifier: each image cut into ``patch × patch`` patches (row-major), a patch's
+pixels (scaled to [0, 1]) a token's features; a fixed split (seed 0: 1,300 train / 497 test) and
+a noisy copy of the test images (Gaussian noise on the pixels, clipped to [0, 1])."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["DigitsData", "load_digits_patches", "to_patches"]
+
+N_TRAIN = 1300
+
+
+@dataclass
+class DigitsData:
+    train_x: torch.Tensor  # [N, tokens, patch²]
+    train_y: torch.Tensor  # [N]
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    test_x_noisy: torch.Tensor
+    n_classes: int = 10
+
+
+def to_patches(images, patch: int = 2) -> torch.Tensor:
+    """``images [N, H, W]`` (values in [0, 1]) → ``[N, (H/p)·(W/p), p²]``. Refuses an image
+    whose sides are not multiples of ``patch`` or values outside [0, 1]."""
+    images = np.asarray(images, dtype=np.float32)
+    if images.ndim != 3:
+        raise ValueError(f"images must be [N, H, W], got shape {images.shape}")
+    n, h, w = images.shape
+    if h % patch or w % patch:
+        raise ValueError(f"image of {h}×{w} pixels does not split into {patch}×{patch} patches")
+    if images.size and (images.min() < 0 or images.max() > 1):
+        raise ValueError("pixel values must lie in [0, 1]")
+    x = images.reshape(n, h // patch, patch, w // patch, patch).transpose(0, 1, 3, 2, 4)
+    return torch.from_numpy(np.ascontiguousarray(x.reshape(n, -1, patch * patch)))
+
+
+def load_digits_patches(patch: int = 2, noise: float = 0.3, seed: int = 0) -> DigitsData:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    images = d.images / 16.0
+    order = np.random.default_rng(seed).permutation(len(images))
+    tr, te = order[:N_TRAIN], order[N_TRAIN:]
+    rng = np.random.default_rng(seed + 1)
+    noisy = np.clip(images[te] + noise * rng.standard_normal(images[te].shape), 0.0, 1.0)
+    y = torch.as_tensor(d.target, dtype=torch.long)
+    return DigitsData(to_patches(images[tr], patch), y[tr], to_patches(images[te], patch), y[te],
+                      to_patches(noisy, patch))
