@@ -159,8 +159,8 @@ def train_classifier(model: BAMClassifier, x, y, steps: int = 1500, batch_size: 
         idx = torch.randint(0, x.shape[0], (batch_size,), generator=g)
         kl = kl_weight / (1.0 + math.exp(-(step * rho - 6.0)))
         opt.zero_grad()
-        loss = elbo.loss_and_grads(lambda a, b: model.model(a, b, kl),
-                                   lambda a, b: model.guide(a, b, kl), x[idx], y[idx])
+        loss = elbo.loss_and_grads(lambda a, b, kl=kl: model.model(a, b, kl),
+                                   lambda a, b, kl=kl: model.guide(a, b, kl), x[idx], y[idx])
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         opt.step()
         losses.append(loss / batch_size)

@@ -116,8 +116,8 @@ def train_gat(model: BayesianGAT, g: Graph, steps: int = 300, lr: float = 5e-3,
     for step in range(steps):
         kl = kl_weight / (1.0 + math.exp(-(step * rho - 6.0)))
         opt.zero_grad()
-        loss = elbo.loss_and_grads(lambda gg: model.model(gg, kl),
-                                   lambda gg: model.guide(gg, kl), g)
+        loss = elbo.loss_and_grads(lambda gg, kl=kl: model.model(gg, kl),
+                                   lambda gg, kl=kl: model.guide(gg, kl), g)
         opt.step()
         losses.append(loss / max(1, int(g.train_mask.sum())))
     model.eval()
