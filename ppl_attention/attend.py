@@ -148,4 +148,7 @@ def attend(
             ) from None
         fn = fn.mask(target_mask)
     value = pyro.sample(name, fn, infer=dict(infer) if infer else {})
-    return family.context(value, values), family.weights(value, scores, mask)
+    weights = family.weights(value, scores, mask)
+    if getattr(family, "normalizes", False):  # BAM: attention = S / Σ S, 0 where masked
+        return weights @ values, weights
+    return family.context(value, values), weights

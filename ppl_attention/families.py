@@ -230,6 +230,8 @@ class _BayesianAttention(Family):
             key_scores = self.prior_net(keys).squeeze(-1)
         return masked_softmax(key_scores.unsqueeze(-2), mask)
 
+    normalizes = True  # the context is (S / Σ_unmasked S) @ values, not S @ values
+
     def weights(self, value, scores, mask):
         return _normalize(value, mask)
 

@@ -94,3 +94,26 @@ def test_contextual_prior_kl_is_analytic_and_matches_monte_carlo():
         mc = (q.log_prob(draws) - p.log_prob(draws))
     se = mc.std(0) / np.sqrt(mc.shape[0])
     assert torch.all((mc.mean(0) - analytic).abs() < 4 * se + 1e-4)
+
+
+@pytest.mark.parametrize("family", ["weibull", "lognormal"])
+def test_bam_context_ignores_masked_positions_and_is_normalized(family):
+    """BAM's attention is S / Σ S over the unmasked positions: values at masked positions (a
+    non-neighbour's features, not zero padding) must not leak into the context."""
+    import pyro
+
+    from ppl_attention import attend
+    from ppl_attention.models.bam_classifier import make_attention_family
+
+    torch.manual_seed(0)
+    fam = make_attention_family(family, "contextual", key_dim=3)
+    scores = torch.randn(2, 4, 5)
+    mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)[:, None]
+    values = torch.randn(2, 5, 3) + 100 * (~mask[:, 0]).unsqueeze(-1)  # huge where masked
+    for guide in (False, True):
+        with pyro.plate("b", 2, dim=-2), pyro.plate("t", 4, dim=-1):
+            ctx, w = attend("a", scores, values, fam, mask=mask, keys=values, guide=guide)
+        assert torch.all(w[~mask.expand(2, 4, 5)] == 0)
+        assert torch.allclose(w.sum(-1), torch.ones(2, 4))
+        assert torch.allclose(ctx, w @ values)
+        assert float(ctx.abs().max()) < 50

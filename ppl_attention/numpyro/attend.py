@@ -97,4 +97,7 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
                              f"to the site's batch shape {list(fn.batch_shape)}") from None
         fn = fn.mask(target_mask)
     value = numpyro.sample(name, fn, infer=dict(infer) if infer else {})
-    return family.context(value, values), family.weights(value, scores, mask)
+    weights = family.weights(value, scores, mask)
+    if getattr(family, "normalizes", False):  # BAM: attention = S / Σ S, 0 where masked
+        return weights @ values, weights
+    return family.context(value, values), weights

@@ -177,6 +177,8 @@ class _BayesianAttention(Family):
             key_scores = linear(params, "prior_net.2", hidden)[..., 0]
         return masked_softmax(key_scores[..., None, :], mask)
 
+    normalizes = True  # the context is (S / Σ_unmasked S) @ values, as on the torch side
+
     def weights(self, value, scores, mask):
         return _normalize(value, mask)
 
