@@ -120,3 +120,23 @@ def test_task_size_and_bad_counts(tmp_path, capsys):
     assert main(["train", "--task", "reorder", "--n-train", "0", "--out", str(tmp_path / "r"),
                  *SMALL]) == 2
     assert "--n-train must be at least 1" in capsys.readouterr().err
+
+
+def test_train_checkpoint_every_writes_partial_checkpoints(data_dir, tmp_path, monkeypatch):
+    """`train --checkpoint-every N` saves a resumable PARTIAL run directory every N steps (the
+    CLI once forgot to hand fit the run directory, so nothing was written until the end)."""
+    from ppl_attention.inference.run import Run
+
+    saved = []
+    real_save = Run.save
+
+    def spy(self, path, complete=True):
+        saved.append((self.step, complete))
+        return real_save(self, path, complete)
+
+    monkeypatch.setattr(Run, "save", spy)
+    out = tmp_path / "ckpt"
+    assert main(["train", "--data-dir", str(data_dir), "--method", "exact", "--out", str(out),
+                 "--checkpoint-every", "2", *SMALL]) == 0
+    assert (2, False) in saved and (4, False) in saved
+    assert (out / "COMPLETE").exists() and not (out / "PARTIAL").exists()
