@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from . import bam_cli
 from .data import DataError, Vocab, make_batches, make_task, read_pharaoh, read_tsv
 from .data.corpus import atomic_write_text
 from .data.pharaoh import format_pharaoh
@@ -137,6 +138,15 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
 
 
 def cmd_train(args) -> int:
+    if args.model in bam_cli.MODELS:
+        if args.noise is None:
+            args.noise = 0.3 if args.task == "digits" else 1.0
+        report = bam_cli.train(args, Path(args.out))
+        print(json.dumps(report))
+        print(f"wrote run directory {args.out}", file=sys.stderr)
+        return 0
+    if args.task in ("digits", "sbm", "karate"):
+        raise ValueError(f"--task {args.task} is for --model bam-classifier / gat")
     if args.model == "seq-vae":
         _, report = train_seq_vae(args, args.seed, Path(args.out))
         print_report(report, as_json=True)
@@ -149,6 +159,9 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    if bam_cli.is_bam_run(args.run):
+        print_report(bam_cli.evaluate_run(args.run, samples=args.samples), args.json)
+        return 0
     run = Run.load(args.run)
     if run.method == "seq-vae":
         report = evaluate_seq_vae(run, eval_sequences(run, args), iwae_k=args.iwae_k or 100)
@@ -431,8 +444,10 @@ def cmd_compare(args) -> int:
 
 def _add_data_source(p, required=True):
     g = p.add_mutually_exclusive_group(required=required)
-    g.add_argument("--task", choices=["copy", "reverse", "reorder", "g2p"],
-                   help="built-in task (g2p: CMUdict letters → phones)")
+    g.add_argument("--task", choices=["copy", "reverse", "reorder", "g2p", "digits", "sbm",
+                                      "karate"],
+                   help="built-in task (g2p: CMUdict letters → phones; digits: sklearn's 8×8 "
+                   "digits for --model bam-classifier; sbm, karate: graphs for --model gat)")
     g.add_argument("--data-dir", help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
     p.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
     p.add_argument("--n-train", type=int, help="training pairs of a built-in task (default: the "
@@ -493,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iwae-k", type=int, help="importance samples (default 10; 100 for a "
                    "seq-vae run)")
     p.add_argument("--beam", type=int, default=1, help="beam for WER/PER (G2P runs)")
+    p.add_argument("--samples", type=int, default=20,
+                   help="posterior draws for ECE / PAvPU (bam-classifier and gat runs)")
     p.add_argument("--json", action="store_true")
     _add_backend(p)
     p.set_defaults(fn=cmd_evaluate)

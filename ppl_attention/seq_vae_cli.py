@@ -23,7 +23,8 @@ SEQ_VAE_DEFAULTS = dict(hidden=128, latent=16)
 
 def add_model_arguments(p) -> None:
     g = p.add_argument_group("sequence VAE (--model seq-vae)")
-    g.add_argument("--model", choices=["seq2seq", "seq-vae"], default="seq2seq")
+    g.add_argument("--model", choices=["seq2seq", "seq-vae", "bam-classifier", "gat"],
+                   default="seq2seq")
     g.add_argument("--side", choices=["source", "target"], default="target",
                    help="seq-vae: which side of a pair corpus (or task) is the sequence")
     g.add_argument("--latent", type=int, default=16, help="seq-vae: dimensions of z")
@@ -48,6 +49,13 @@ def add_model_arguments(p) -> None:
                    "with a warning")
     g.add_argument("--n-eval", type=int, help="seq-vae: score only the first N test sequences "
                    "after training (default: all)")
+    g.add_argument("--prior", choices=["contextual", "constant"], default="contextual",
+                   help="bam-classifier / gat: the BAM prior of the attention weights")
+    g.add_argument("--kl-weight", type=float, default=1e-3,
+                   help="bam-classifier / gat: η on the attention KLs (1 = the ELBO)")
+    g.add_argument("--noise", type=float,
+                   help="bam-classifier / gat: sd of the noise of the noisy test inputs "
+                   "(default 0.3 on pixels, 1.0 on graph features)")
     g.add_argument("--heads", type=int, default=4)
     g.add_argument("--layers", type=int, default=1)
 

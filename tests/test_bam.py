@@ -117,3 +117,22 @@ def test_bam_context_ignores_masked_positions_and_is_normalized(family):
         assert torch.allclose(w.sum(-1), torch.ones(2, 4))
         assert torch.allclose(ctx, w @ values)
         assert float(ctx.abs().max()) < 50
+
+
+def test_cli_train_and_evaluate_json_keys(tmp_path, capsys):
+    import json
+
+    from ppl_attention.cli import main
+
+    out = tmp_path / "gat"
+    assert main(["train", "--model", "gat", "--task", "karate", "--family", "lognormal",
+                 "--steps", "20", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--json", "--samples", "5"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for key in ("accuracy", "ece", "pavpu", "accuracy_noisy", "ece_noisy", "pavpu_noisy",
+                "pavpu_0.01", "pavpu_0.1"):
+        assert 0.0 <= r[key] <= 1.0
+    assert main(["train", "--model", "bam-classifier", "--task", "karate", "--out",
+                 str(tmp_path / "x")]) == 2
+    assert "trains on --task digits" in capsys.readouterr().err

@@ -14,6 +14,8 @@ Shapes: ``probs`` ``[S, N, C]`` — S posterior draws of the class probabilities
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 __all__ = ["expected_calibration_error", "pavpu", "PAVPU_THRESHOLDS"]
@@ -65,7 +67,8 @@ def pavpu(probs, labels, threshold: float = 0.05) -> float:
         top2 = np.argsort(mean, -1)[:, -2:]  # [N, 2], second best then best
         n = np.arange(probs.shape[1])
         a, b = probs[:, n, top2[:, 1]], probs[:, n, top2[:, 0]]  # [S, N]
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # identical draws: handled below
             p = ttest_ind(a, b, axis=0).pvalue
         # identical draws (zero variance): equal means are not rejected unless they differ
         p = np.where(np.isnan(p), np.where(a.mean(0) != b.mean(0), 0.0, 1.0), p)
