@@ -110,12 +110,21 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
     if getattr(args, "resume", False) and ((out / "COMPLETE").exists()
                                            or (out / "PARTIAL").exists()):
         resume = Run.load(out, which="last", partial=True)
+    devices = getattr(args, "devices", 1)
+    extra = {}
     if args.backend == "numpyro":
         from .numpyro.inference import fit as fit_fn
         from .numpyro.inference import get_method as numpyro_method
+        from .numpyro.inference.fit import data_parallel
 
         numpyro_method(method)  # refuses methods NumPyro cannot run, before any work
+        if devices != 1:
+            data_parallel(devices, max(b.size for b in batches))  # refuses before any work
+            extra["devices"] = devices
     else:
+        if devices != 1:
+            raise ValueError("--devices shards batches over JAX devices: use --backend numpyro "
+                             "(Pyro data parallelism is torchrun + DistributedDataParallel)")
         fit_fn = fit
     run = fit_fn(model if resume is None else resume.model, batches, method, args.steps, seed,
               src_vocab=src_vocab, tgt_vocab=tgt_vocab, valid=valid_b, lr=args.lr,
@@ -123,7 +132,7 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
               lr_schedule=args.lr_schedule,
               **({"checkpoint_every": args.checkpoint_every, "out": out}
                  if getattr(args, "checkpoint_every", None) else {}),
-              config={"data": source, "batch_size": args.batch_size})
+              config={"data": source, "batch_size": args.batch_size}, **extra)
     test = splits["test"]
     last = copy.deepcopy(run.model.state_dict())
     run.model.load_state_dict(run.extra.get("best_model", last))
@@ -484,6 +493,8 @@ def _add_training(p):
     p.add_argument("--lr", type=float, default=1e-2, help="peak Adam learning rate")
     p.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine")
     p.add_argument("--valid-every", type=int, default=250)
+    p.add_argument("--devices", type=int, default=1,
+                   help="numpyro: data-parallel SVI, each batch sharded over N JAX devices")
     _add_backend(p)
 
 

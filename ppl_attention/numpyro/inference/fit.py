@@ -13,6 +13,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from ...inference.fit import SCHEDULES, _order
@@ -98,12 +99,37 @@ def make_step(model: Seq2SeqAlignment, method: str, clip: float):
     return step
 
 
+def data_parallel(devices: int, rows: int):
+    """Shardings for data-parallel SVI over the first ``devices`` JAX devices: batches split on
+    their row axis (``P("data")``), parameters and optimizer state replicated (``P()``); XLA
+    inserts the gradient all-reduce. Refuses, before any work, more devices than are present or
+    a batch whose ``rows`` do not divide evenly."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    present = jax.devices()
+    if not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"--devices must be a positive int, got {devices!r}")
+    if devices > len(present):
+        raise ValueError(f"--devices {devices}: only {len(present)} JAX device(s) present "
+                         f"({present[0].platform}); on CPU start with XLA_FLAGS="
+                         f"--xla_force_host_platform_device_count={devices}")
+    if rows % devices:
+        raise ValueError(f"batch of {rows} rows does not split over --devices {devices}; choose "
+                         f"a --batch-size divisible by {devices}")
+    mesh = Mesh(np.array(present[:devices]), ("data",))
+    return NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+
+
 def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab, tgt_vocab,
         valid=None, lr: float = 3e-3, clip: float = 5.0, valid_every: int = 100,
         resume: Run | None = None, progress: bool = True, out=None, config: dict | None = None,
-        lr_schedule: str = "cosine", checkpoint_every: int | None = None) -> Run:
+        lr_schedule: str = "cosine", checkpoint_every: int | None = None,
+        devices: int = 1) -> Run:
     """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model`` is the torch
-    ``Seq2SeqAlignment`` whose configuration and initial weights the run starts from."""
+    ``Seq2SeqAlignment`` whose configuration and initial weights the run starts from.
+    ``devices > 1``: data-parallel SVI, each batch sharded over that many JAX devices
+    (:func:`data_parallel`); the same global batch gives the same loss and gradients."""
     if resume is not None or checkpoint_every:
         raise ValueError("--resume and --checkpoint-every are supported by the pyro backend only")
     if lr_schedule not in SCHEDULES:
@@ -113,12 +139,16 @@ def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab, tgt_
     m = get_method(method)
     jm, params = Seq2SeqAlignment.from_torch(model)
     rows = max(b.size for b in train)
+    shard = data_parallel(devices, rows) if devices != 1 else None
     jtrain = [to_jax(b, rows, MULTIPLE) for b in train]
     step_fn = make_step(jm, method, clip)
     opt = adam_init(params)
+    if shard is not None:
+        jtrain = [jax.device_put(b, shard[0]) for b in jtrain]
+        params, opt = jax.device_put(params, shard[1]), jax.device_put(opt, shard[1])
     run = Run(model, method, src_vocab, tgt_vocab, dict(config or {}))
     run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every,
-                      lr_schedule=lr_schedule, backend="numpyro")
+                      lr_schedule=lr_schedule, backend="numpyro", devices=devices)
     base_key = jax.random.PRNGKey(seed)
     best, best_params = float("inf"), None
     bar = tqdm(range(steps), disable=not progress, desc=f"{method} [numpyro]", leave=False)
