@@ -30,7 +30,8 @@ from torch import nn
 from ..attend import attend
 from ..families import LogNormal, Soft, Weibull, masked_softmax
 
-__all__ = ["BAMClassifier", "make_attention_family", "train_classifier", "predict_probs"]
+__all__ = ["BAMClassifier", "attend_by_mode", "make_attention_family", "train_classifier",
+           "predict_probs"]
 
 
 def make_attention_family(name: str, prior: str, key_dim: int, k: float = 10.0,
@@ -43,6 +44,26 @@ def make_attention_family(name: str, prior: str, key_dim: int, k: float = 10.0,
     if name == "lognormal":
         return LogNormal(sigma=sigma, prior=prior, key_dim=key_dim)
     raise ValueError(f"attention family must be soft, weibull or lognormal; got {name!r}")
+
+
+def attend_by_mode(name: str, scores, values, family, mask, keys, mode: str, plates=(),
+                   scale=None):
+    """The context of one stochastic-attention layer in each mode of a BAM network: ``"mean"``
+    (the deterministic mean weights softmax(e), BAM at test time — also every deterministic
+    family), ``"sample"`` (weights drawn from q, outside any Pyro trace: posterior sampling for
+    uncertainty), ``"model"`` / ``"guide"`` (the site ``name`` under ``plates``, KL-weighted by the
+    ``scale`` handler)."""
+    if mode == "mean" or family.deterministic:
+        return masked_softmax(scores, mask) @ values
+    if mode == "sample":
+        w = family.posterior(scores, mask, values).rsample()
+        return family.weights(w, scores, mask) @ values
+    with contextlib.ExitStack() as stack:
+        for p in plates:
+            stack.enter_context(p)
+        stack.enter_context(scale or contextlib.nullcontext())
+        ctx, _ = attend(name, scores, values, family, mask=mask, keys=keys, guide=mode == "guide")
+    return ctx
 
 
 class BAMClassifier(nn.Module):
@@ -105,17 +126,8 @@ class BAMClassifier(nn.Module):
         for layer in range(len(self.qkv)):
             q, k, v = self.qkv[layer](h).view(B, N, 3, self.heads, self.dh).permute(2, 0, 3, 1, 4)
             e = q @ k.transpose(-1, -2) / math.sqrt(self.dh)  # [B, H, N, N]
-            fam = self.families[layer]
-            if mode == "mean" or not self.stochastic:
-                ctx = masked_softmax(e, mask) @ v
-            elif mode == "sample":
-                w = fam.posterior(e, mask, v).rsample()
-                ctx = fam.weights(w, e, mask) @ v
-            else:
-                plate_b, plate_h, plate_q = plates
-                with plate_b, plate_h, plate_q, scale:
-                    ctx, _ = attend(f"attn_{layer}", e, v, fam, mask=mask, keys=k,
-                                    guide=mode == "guide")
+            ctx = attend_by_mode(f"attn_{layer}", e, v, self.families[layer], mask, k, mode,
+                                 plates or (), scale)
             h = self.ln1[layer](h + self.out[layer](ctx.transpose(1, 2).reshape(B, N, -1)))
             h = self.ln2[layer](h + self.ff[layer](h))
         return self.head(h[:, 0])

@@ -24,10 +24,9 @@ import torch.nn.functional as F
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from torch import nn
 
-from ..attend import attend
 from ..data.graphs import Graph, check_graph
-from ..families import Soft, masked_softmax
-from .bam_classifier import make_attention_family
+from ..families import Soft
+from .bam_classifier import attend_by_mode, make_attention_family
 
 __all__ = ["BayesianGAT", "train_gat", "predict_gat"]
 
@@ -71,16 +70,10 @@ class BayesianGAT(nn.Module):
             e = F.leaky_relu((z * self.a_src[layer][:, None]).sum(-1)[:, :, None]
                              + (z * self.a_dst[layer][:, None]).sum(-1)[:, None, :], 0.2)
             mask = nbr.expand(heads, n, n)
-            fam = self.families[layer]
-            if mode == "mean" or not self.stochastic:
-                out = masked_softmax(e, mask) @ z
-            elif mode == "sample":
-                w = fam.posterior(e, mask, z).rsample()
-                out = fam.weights(w, e, mask) @ z
-            else:
-                with pyro.plate(f"heads_{layer}", heads, dim=-2), plate_n, scale:
-                    out, _ = attend(f"attn_{layer}", e, z, fam, mask=mask, keys=z,
-                                    guide=mode == "guide")
+            plates = ((pyro.plate(f"heads_{layer}", heads, dim=-2), plate_n)
+                      if mode in ("model", "guide") else ())
+            out = attend_by_mode(f"attn_{layer}", e, z, self.families[layer], mask, z, mode,
+                                 plates, scale)
             x = F.elu(out.transpose(0, 1).reshape(n, -1)) if layer == 0 else out[0]
         return x
 
