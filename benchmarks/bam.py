@@ -10,9 +10,9 @@ over seeds.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-import statistics
 import time
+
+from _jobs import cell, run_jobs
 
 CONFIGS = [("soft", "constant"), ("weibull", "contextual"), ("weibull", "constant"),
            ("lognormal", "contextual"), ("lognormal", "constant")]
@@ -76,25 +76,18 @@ def main(argv=None):
     jobs = [(d, f, p, s, args) for d in ("digits", "sbm") for f, p in CONFIGS
             for s in range(args.seeds)]
     t0 = time.perf_counter()
-    if args.jobs > 1:
-        with mp.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(_job, jobs)
-    else:
-        results = [_job(j) for j in jobs]
+    results = run_jobs(_job, jobs, args.jobs)
     by = {}
     for d, f, p, _, r in results:
         by.setdefault((d, f, p), []).append(r)
-
-    def cell(rs, k):
-        xs = [r[k] for r in rs]
-        return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs) if len(xs) > 1 else 0:.3f}"
 
     print(f"{len(jobs)} runs in {time.perf_counter() - t0:.0f} s; KL weight η = {args.kl_weight}")
     print("| data | attention | prior | " + " | ".join(KEYS) + " |")
     print("|---" * (3 + len(KEYS)) + "|")
     for (d, f, p), rs in by.items():
         prior = "—" if f == "soft" else p
-        print(f"| {d} | {f} | {prior} | " + " | ".join(cell(rs, k) for k in KEYS) + " |")
+        cells = " | ".join(cell([r[k] for r in rs], 3) for k in KEYS)
+        print(f"| {d} | {f} | {prior} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import statistics
 import time
 from pathlib import Path
+
+from _jobs import cell, run_jobs
 
 CONFIGS = {
     "no attention": ["--attention", "none"],
@@ -71,22 +71,11 @@ def main(argv=None):
             raise SystemExit(f"unknown configuration {n!r}; valid: {', '.join(CONFIGS)}")
     jobs = [(n, s, args) for n in names for s in range(args.seeds)]
     t0 = time.perf_counter()
-    if args.jobs > 1:
-        with mp.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(_job, jobs)
-    else:
-        results = [_job(j) for j in jobs]
+    results = run_jobs(_job, jobs, args.jobs)
     by = {}
     for name, seed, r in results:
         by.setdefault(name, []).append(r)
         print(json.dumps({"config": name, "seed": seed, **{k: r[k] for k in KEYS}}), flush=True)
-
-    def cell(rs, k):
-        xs = [r[k] for r in rs if r[k] is not None]
-        if not xs:
-            return "—"
-        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-        return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
 
     print(f"\n{len(jobs)} runs in {time.perf_counter() - t0:.0f} s; per word, nats; "
           f"{args.n_eval} test words; latent {args.latent}")
@@ -95,7 +84,7 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|")
     for name in names:
         rs = by[name]
-        print(f"| {name} | " + " | ".join(cell(rs, k) for k in KEYS) + " |")
+        print(f"| {name} | " + " | ".join(cell([r[k] for r in rs]) for k in KEYS) + " |")
 
 
 if __name__ == "__main__":

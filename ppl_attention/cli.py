@@ -335,7 +335,8 @@ def cmd_diagnose(args) -> int:
     return 0
 
 
-def _mean_sd(xs):
+def mean_sd(xs):
+    """(mean, sample sd) of the values that are not None, or None when none are."""
     xs = [x for x in xs if x is not None]
     if not xs:
         return None
@@ -423,7 +424,7 @@ def cmd_compare(args) -> int:
     for method in methods:
         rs = [r for r in rows if r["method"] == method]
         summary.append({"method": method, "exact": rs[0]["exact"],
-                        **{c: _mean_sd([r.get(c) for r in rs]) for c in COLUMNS}})
+                        **{c: mean_sd([r.get(c) for r in rs]) for c in COLUMNS}})
     floor = rows[0].get("floor_nll_per_token")
 
     def fmt(v, digits=3):
