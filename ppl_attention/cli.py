@@ -1,5 +1,5 @@
 """The ``ppl-attention`` command: train | evaluate | align | decode | analyze | diagnose |
-sample | compare.
+sample | compare | sweep.
 
 Bad input (a malformed TSV or Pharaoh file, an unknown method, a missing run) ends with one
 ``error: …`` line naming the file, line and field, and exit status 2 — never a traceback.
@@ -32,6 +32,7 @@ from .seq_vae_cli import (
     print_report,
     train_seq_vae,
 )
+from .sweep import mean_sd  # noqa: F401  (re-exported for the benchmarks)
 
 
 def _load_split(data_dir: Path, name: str, required: bool = True) -> Split | None:
@@ -53,7 +54,8 @@ def _data(args) -> tuple[dict, dict[str, Split | None]]:
             raise ValueError("--n-train sets the size of a built-in --task, not of a --data-dir")
         d = Path(args.data_dir)
         splits = {s: _load_split(d, s, s != "valid") for s in ("train", "valid", "test")}
-        return {"data_dir": str(d.resolve())}, splits
+        record = getattr(args, "data_dir_record", None) or str(d.resolve())
+        return {"data_dir": record}, splits
     source = {"task": args.task, "task_seed": args.task_seed}
     if args.n_train is not None:
         source["n_train"] = args.n_train
@@ -86,7 +88,10 @@ def _eval_split(run: Run, args) -> Split:
     src = run.config.get("data", {})
     if "task" in src:
         return _task(**src).test
-    raise DataError("give --data FILE.tsv or --data-dir DIR (this run was not trained on a task)")
+    if "data_dir" in src and (Path(src["data_dir"]) / "test.tsv").is_file():
+        return _load_split(Path(src["data_dir"]), "test")  # the corpus the run was trained on
+    raise DataError("give --data FILE.tsv or --data-dir DIR (this run was not trained on a task, "
+                    "and the corpus it was trained on has no test.tsv here)")
 
 
 def train_one(args, method: str, seed: int, out: Path, progress: bool = True) -> tuple[Run, dict]:
@@ -335,120 +340,75 @@ def cmd_diagnose(args) -> int:
     return 0
 
 
-def mean_sd(xs):
-    """(mean, sample sd) of the values that are not None, or None when none are."""
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return None
-    m = sum(xs) / len(xs)
-    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
-    return (m, sd)
+def cmd_sweep(args) -> int:
+    """``sweep`` / ``compare``: every (method, seed, setting) job, then one table and figures."""
+    from . import sweep
 
-
-COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
-
-
-def _compare_job(args, method: str, seed: int, out: Path, threads: int | None):
-    """One (method, seed) run of ``compare``; top level so a worker process can run it."""
-    if threads is not None:
-        torch.set_num_threads(threads)
-        if threads == 1 and "jax" not in sys.modules:  # XLA reads its flags at import
-            import os
-
-            os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
-    run, report = train_one(args, method, seed, out, progress=threads is None)
-    return run.history, report
-
-
-def _run_jobs(args, jobs: list[tuple[str, int]], out: Path) -> list[tuple[list, dict]]:
-    """Run the (method, seed) jobs, ``args.jobs`` at a time in worker processes (each with
-    ``cpu_count // jobs`` torch threads), or in this process when ``args.jobs == 1``.
-    Results come back in the order of ``jobs``."""
-    def where(method, seed):
-        return out / "runs" / f"{method}-seed{seed}"
-
-    if args.jobs <= 1:
-        results = []
-        for method, seed in jobs:
-            print(f"[compare] {method} seed {seed}", file=sys.stderr)
-            results.append(_compare_job(args, method, seed, where(method, seed), None))
-        return results
-    import multiprocessing as mp
-    import os
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise ValueError("--methods: give at least one method")
+    for m in methods:
+        get_method(m)
+    if args.jobs < 1 or args.seeds < 1:
+        raise ValueError(f"--jobs and --seeds must be at least 1 (got {args.jobs}, {args.seeds})")
+    if args.ray is not None and args.jobs != 1:
+        raise ValueError("--jobs runs worker processes on this machine; with --ray the cluster "
+                         "decides how many jobs run at once (--cpus-per-job)")
+    if args.cpus_per_job < 1:
+        raise ValueError(f"--cpus-per-job must be at least 1, got {args.cpus_per_job}")
+    if args.ray is not None:
+        sweep.check_ray(args.ray)  # Ray installed, a cluster at the address: before any work
+    options = argparse.ArgumentParser(add_help=False)
+    _add_data_source(options, required=False)
+    _add_training(options)
+    settings = sweep.parse_settings(getattr(args, "set", None) or [], options)
+    jobs = sweep.expand(methods, args.seeds, settings)
+    if args.data_dir is not None and any(k in ("n_train", "task_seed") for k, _ in settings):
+        raise ValueError("--set n_train / task_seed sweep a built-in --task, not a --data-dir")
+    for job in {j.settings: j for j in jobs}.values():  # bad data or options: before any work
+        _data(sweep.job_args(args, job))
+    swept = {k for k, _ in settings}
+    fixed = {k: getattr(args, k) for k in (*sweep.SETTABLE, "task", "data_dir", "stress")
+             if k not in swept and hasattr(args, k)}
+    if fixed.get("data_dir"):
+        fixed["data_dir"] = str(Path(fixed["data_dir"]).resolve())
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    sweep.check_sweep_dir(out, fixed)
 
     from tqdm.auto import tqdm
 
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
-    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_compare_job, args, m, s, where(m, s), threads): i
-                   for i, (m, s) in enumerate(jobs)}
-        results: list = [None] * len(jobs)
-        bar = tqdm(total=len(jobs), desc=f"compare ({args.jobs} jobs)", unit="run")
-        for f in as_completed(futures):
-            i = futures[f]
-            results[i] = f.result()
-            m, s = jobs[i]
-            r = results[i][1]
-            bar.write(f"[compare] {m} seed {s}: NLL/token {r['nll_per_token']:.3f}"
-                      + (f", AER {r['aer']:.3f}" if r.get("aer") is not None else ""),
-                      file=sys.stderr)
-            bar.update()
-        bar.close()
-    return results
+    where = f"Ray ({args.ray})" if args.ray else f"{args.jobs} worker(s)"
+    bar = tqdm(total=len(jobs), desc=f"sweep, {where}", unit="job",
+               disable=args.jobs == 1 and args.ray is None)
 
+    def on_done(i, res):
+        j = jobs[i]
+        if res["status"] == "ok":
+            r = res["report"]
+            msg = (f"[sweep] {j.label} seed {j.seed}: NLL/token {r['nll_per_token']:.3f}"
+                   + (f", AER {r['aer']:.3f}" if r.get("aer") is not None else ""))
+        else:
+            msg = f"[sweep] FAILED {j.label} seed {j.seed}: {res['error']}"
+        bar.write(msg, file=sys.stderr)
+        bar.update()
 
-def cmd_compare(args) -> int:
-    from .inference.plots import plot_bars, plot_curves
-
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    for m in methods:
-        get_method(m)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.jobs < 1 or args.seeds < 1:
-        raise ValueError(f"--jobs and --seeds must be at least 1 (got {args.jobs}, {args.seeds})")
-    jobs = [(method, seed) for method in methods for seed in range(args.seeds)]
-    results = _run_jobs(args, jobs, out)
-    rows, curves = [], {}
-    for (method, seed), (history, report) in zip(jobs, results):
-        rows.append({"method": method, "seed": seed, **report})
-        curves.setdefault(method, history)
-    csv = ["method,seed,exact," + ",".join(COLUMNS) + ",floor_nll_per_token"]
-    for r in rows:
-        csv.append(",".join([r["method"], str(r["seed"]), str(r["exact"])]
-                            + [f"{r.get(c, '')}" if r.get(c) is not None else ""
-                               for c in COLUMNS + ["floor_nll_per_token"]]))
-    atomic_write_text(out / "results.csv", "\n".join(csv) + "\n")
-    summary = []
-    for method in methods:
-        rs = [r for r in rows if r["method"] == method]
-        summary.append({"method": method, "exact": rs[0]["exact"],
-                        **{c: mean_sd([r.get(c) for r in rs]) for c in COLUMNS}})
-    floor = rows[0].get("floor_nll_per_token")
-
-    def fmt(v, digits=3):
-        if v is None:
-            return "—"
-        return f"{v[0]:.{digits}f}" + (f" ± {v[1]:.{digits}f}" if args.seeds > 1 else "")
-
-    md = [f"Task `{args.task or args.data_dir}`, {args.seeds} seed(s), {args.steps} steps, "
-          f"hidden {args.hidden}, batch {args.batch_size}."
-          + (f" Floor (generator's exact NLL/token): {floor:.3f}." if floor is not None else ""),
-          "", "| method | NLL/token | exact | ELBO/token | AER | ms/step |",
-          "|---|---|---|---|---|---|"]
-    for s in summary:
-        md.append(f"| {s['method']} | {fmt(s['nll_per_token'])} | "
-                  f"{'yes' if s['exact'] else 'IWAE-10'} | {fmt(s['elbo_per_token'])} | "
-                  f"{fmt(s['aer'])} | {fmt(s['ms_per_step'], 1)} |")
-    atomic_write_text(out / "results.md", "\n".join(md) + "\n")
-    plot_curves(curves, out / "learning_curves.png")
-    plot_bars(summary, "nll_per_token", out / "nll.png")
-    if any(s["aer"] for s in summary):
-        plot_bars(summary, "aer", out / "aer.png")
+    results = sweep.execute(train_one, args, jobs, out, workers=args.jobs, ray_address=args.ray,
+                            cpus_per_job=args.cpus_per_job, on_done=on_done)
+    bar.close()
+    swept_text = "; ".join(f"{k} ∈ {{{', '.join(map(str, vs))}}}" for k, vs in settings)
+    title = (f"Task `{args.task or args.data_dir}`, {args.seeds} seed(s), {args.steps} steps, "
+             f"hidden {args.hidden}, batch {args.batch_size}"
+             + (f"; swept: {swept_text}" if settings else "") + ".")
+    md = sweep.write_results(out, jobs, results, title, args.seeds)
     print("\n".join(md))
-    print(f"wrote {out}/results.csv, results.md, learning_curves.png, nll.png, aer.png",
+    print(f"wrote {out}/results.csv, results.md and figures; run directories in {out}/runs",
           file=sys.stderr)
+    bad = [j.name for j, r in zip(jobs, results) if r["status"] != "ok"]
+    if bad:
+        print(f"error: {len(bad)} of {len(jobs)} jobs failed ({', '.join(bad)}); the others are "
+              f"complete — rerun the same command to run only the failed ones", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -566,15 +526,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--join", action="store_true", help="print tokens without spaces")
     p.set_defaults(fn=cmd_sample)
 
-    p = sub.add_parser("compare", help="train several methods × seeds, tabulate and plot")
-    _add_data_source(p)
-    _add_training(p)
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--jobs", type=int, default=1,
-                   help="runs trained at once, in worker processes (default 1: in this process)")
-    p.add_argument("--out", required=True)
-    p.set_defaults(fn=cmd_compare)
+    for name, text in (("compare", "train several methods × seeds, tabulate and plot"),
+                       ("sweep", "methods × seeds × --set settings, in this process, worker "
+                        "processes or on Ray; resumable")):
+        p = sub.add_parser(name, help=text)
+        _add_data_source(p)
+        _add_training(p)
+        p.add_argument("--methods", default=",".join(METHODS))
+        p.add_argument("--seeds", type=int, default=1)
+        p.add_argument("--set", action="append", metavar="KEY=V1,V2",
+                       help="sweep a training option over values (repeatable), e.g. "
+                       "--set hidden=32,64 --set lr=1e-2,3e-3")
+        p.add_argument("--jobs", type=int, default=1,
+                       help="runs trained at once, in worker processes (default 1: in this "
+                       "process)")
+        p.add_argument("--ray", metavar="ADDRESS|local",
+                       help="run every job as a Ray task: on a running cluster (HOST:PORT, "
+                       "ray://HOST:PORT, auto) or a local one started for the sweep (local)")
+        p.add_argument("--cpus-per-job", type=int, default=1,
+                       help="with --ray: CPUs (and torch threads) each job asks for")
+        p.add_argument("--out", required=True,
+                       help="sweep directory: results.*, figures, runs/<job>/; rerunning into "
+                       "it skips the jobs already complete")
+        p.set_defaults(fn=cmd_sweep)
     return ap
 
 

@@ -89,10 +89,15 @@ def test_bad_inputs_give_one_clear_error(run_dir, tmp_path, capsys):
 
 
 def _csv_numbers(path):
-    rows = [r.split(",") for r in path.read_text().splitlines()[1:]]
-    # the ms_per_step column is wall time; every other column is deterministic
-    return [(r[0], r[1], r[2], *(float(v) for i, v in enumerate(r[3:]) if i != 3 and v))
-            for r in rows]
+    """(method, seed, status, exact, the deterministic numbers) of each row of results.csv
+    (ms_per_step is wall time)."""
+    import csv
+
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    numbers = ["nll_per_token", "elbo_per_token", "aer", "floor_nll_per_token"]
+    return [(r["method"], r["seed"], r["status"], r["exact"],
+             *(float(r[k]) for k in numbers if r[k])) for r in rows]
 
 
 def test_compare_writes_table_and_figures(tmp_path, capsys):
@@ -109,9 +114,10 @@ def test_compare_writes_table_and_figures(tmp_path, capsys):
     # two worker processes give the same table, in the same order
     assert main([*args, "--jobs", "2", "--out", str(tmp_path / "cmp2")]) == 0
     one, two = _csv_numbers(out / "results.csv"), _csv_numbers(tmp_path / "cmp2" / "results.csv")
-    assert [r[:3] for r in one] == [r[:3] for r in two]
+    assert [r[:4] for r in one] == [r[:4] for r in two]
+    assert all(r[2] == "ok" for r in one)
     for a, b in zip(one, two):
-        assert a[3:] == pytest.approx(b[3:], rel=1e-4)
+        assert a[4:] == pytest.approx(b[4:], rel=1e-4)
 
 
 def test_task_size_and_bad_counts(tmp_path, capsys):

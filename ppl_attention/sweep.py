@@ -1,0 +1,425 @@
+"""Sweeps: every (method, seed, setting) job of a comparison trained as its own run directory —
+one after another in this process, ``--jobs N`` at a time in worker processes, or as Ray tasks
+(``--ray ADDRESS|local``) — then one ``results.csv`` / ``results.md`` and figures.
+
+A job that fails is reported with its error and the others finish; a rerun of the same command
+skips every job whose run directory is complete (resume), so nothing finished is lost or redone.
+``ppl-attention compare`` and ``ppl-attention sweep`` are this machinery.
+
+Ray jobs train in a temporary directory on whichever node runs them and send the run directory
+back, so ``--out`` need only exist where the command runs; a ``--data-dir`` corpus is read here
+and sent with the jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .data.corpus import atomic_write_text
+from .inference.run import COMPLETE, PARTIAL
+
+#: options a ``--set key=v1,v2`` may sweep (the training options of ``train`` / ``compare``)
+SETTABLE = ("steps", "hidden", "embed", "dropout", "score", "batch_size", "q_prior", "lr",
+            "lr_schedule", "valid_every", "backend", "devices", "n_train", "task_seed")
+#: what a job reports (columns of results.csv after method, seed, the swept settings, status)
+COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
+DATA_FILES = ("train.tsv", "valid.tsv", "test.tsv", "train.align", "valid.align", "test.align")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a sweep: a method, a seed and the swept ``(key, value)`` settings."""
+
+    method: str
+    seed: int
+    settings: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The method and its settings (the row of results.md this job's seed belongs to)."""
+        return " ".join([self.method] + [f"{k}={v}" for k, v in self.settings])
+
+    @property
+    def name(self) -> str:
+        """The run directory's name: ``exact-seed0``, ``exact-hidden=32-lr=0.01-seed1``."""
+        parts = [self.method] + [f"{k}={v}" for k, v in self.settings] + [f"seed{self.seed}"]
+        return "-".join(parts).replace(os.sep, "_").replace(" ", "_")
+
+
+def parse_settings(specs: list[str], parser) -> list[tuple[str, list]]:
+    """``["hidden=32,64", "lr=1e-2"]`` → ``[("hidden", [32, 64]), ("lr", [0.01])]``, each value
+    converted and checked as the option ``--hidden`` / ``--lr`` of ``parser`` would."""
+    actions = {a.dest: a for a in parser._actions}
+    out, seen = [], set()
+    for spec in specs:
+        key, eq, values = spec.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not eq or not key:
+            raise ValueError(f"--set {spec!r}: expected KEY=V1,V2,… (e.g. --set hidden=32,64)")
+        if key not in SETTABLE or key not in actions:
+            raise ValueError(f"--set {spec!r}: {key!r} cannot be swept; valid keys: "
+                             f"{', '.join(k for k in SETTABLE if k in actions)}")
+        if key in seen:
+            raise ValueError(f"--set {key} is given twice; list its values once: "
+                             f"--set {key}=V1,V2")
+        seen.add(key)
+        raw = [v.strip() for v in values.split(",")]
+        if not all(raw):
+            raise ValueError(f"--set {spec!r}: an empty value")
+        out.append((key, [_convert(actions[key], key, v) for v in raw]))
+    return out
+
+
+def _convert(action, key: str, value: str):
+    if action.type is None and action.nargs == 0:  # a --flag / --no-flag option
+        lowered = value.lower()
+        if lowered not in ("true", "false", "yes", "no", "1", "0"):
+            raise ValueError(f"--set {key}={value}: expected true or false")
+        return lowered in ("true", "yes", "1")
+    try:
+        v = action.type(value) if action.type else value
+    except (TypeError, ValueError):
+        kind = getattr(action.type, "__name__", "value")
+        raise ValueError(f"--set {key}={value}: not a valid {kind}") from None
+    if action.choices is not None and v not in action.choices:
+        raise ValueError(f"--set {key}={value}: valid values: "
+                         f"{', '.join(map(str, action.choices))}")
+    return v
+
+
+def expand(methods: list[str], seeds: int, settings: list[tuple[str, list]]) -> list[Job]:
+    """Every (method, setting, seed) combination, in that nesting order."""
+    keys = [k for k, _ in settings]
+    combos = list(itertools.product(*(vs for _, vs in settings))) or [()]
+    return [Job(m, s, tuple(zip(keys, combo)))
+            for m in methods for combo in combos for s in range(seeds)]
+
+
+def job_args(args, job: Job):
+    """The command's options with the job's settings in place."""
+    a = copy.copy(args)
+    for k, v in job.settings:
+        setattr(a, k, v)
+    return a
+
+
+def check_run_dir(path: Path) -> None:
+    """Refuse to write a run over a directory that is not one (nothing already written is lost)."""
+    if path.exists() and not (path / COMPLETE).exists() and not (path / PARTIAL).exists() \
+            and (not path.is_dir() or any(path.iterdir())):
+        raise FileExistsError(f"{path}: exists and is not a run directory; refusing to "
+                              f"overwrite it (move it away and rerun)")
+
+
+def completed(path: Path) -> dict | None:
+    """The result of a finished job read back from its run directory, or None if unfinished."""
+    if not (path / COMPLETE).exists():
+        return None
+    try:
+        extra = torch.load(path / "checkpoint.pt", weights_only=False).get("extra") or {}
+        history = json.loads((path / "metrics.json").read_text())["history"]
+    except (OSError, ValueError, KeyError, RuntimeError):
+        return None
+    if "test_report" not in extra:
+        return None
+    return {"status": "ok", "report": extra["test_report"], "history": history,
+            "resumed": True}
+
+
+def read_data_files(data_dir: str | None) -> dict[str, bytes] | None:
+    if not data_dir:
+        return None
+    d = Path(data_dir)
+    return {n: (d / n).read_bytes() for n in DATA_FILES if (d / n).is_file()}
+
+
+def run_job(train_fn: Callable, args, job: Job, run_dir: str, threads: int | None = None,
+            ship: bool = False, data_files: dict[str, bytes] | None = None) -> dict:
+    """Train one job; never raises for the job's own errors (it reports them).
+
+    ``ship``: train in a temporary directory and return the run directory's files (a Ray
+    task on any node); otherwise write ``run_dir`` directly. ``data_files``: a ``--data-dir``
+    corpus sent with the job. Returns ``{"status": "ok", "report", "history"[, "files"]}`` or
+    ``{"status": "failed", "error", "traceback"}``."""
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+            if threads == 1 and "jax" not in sys.modules:  # XLA reads its flags at import
+                os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+        a = job_args(args, job)
+        if not ship:
+            check_run_dir(Path(run_dir))
+            run, report = train_fn(a, job.method, job.seed, Path(run_dir),
+                                   progress=threads is None)
+            return {"status": "ok", "report": report, "history": run.history}
+        with tempfile.TemporaryDirectory(prefix="ppl-attention-job-") as tmp:
+            if data_files is not None:
+                (Path(tmp) / "data").mkdir()
+                for n, b in data_files.items():
+                    (Path(tmp) / "data" / n).write_bytes(b)
+                a.data_dir_record, a.data_dir = a.data_dir, str(Path(tmp) / "data")
+            run, report = train_fn(a, job.method, job.seed, Path(tmp) / "run", progress=False)
+            root = Path(tmp) / "run"
+            files = {str(p.relative_to(root)): p.read_bytes()
+                     for p in sorted(root.rglob("*")) if p.is_file()}
+        return {"status": "ok", "report": report, "history": run.history, "files": files}
+    except Exception as e:  # the job's failure is its result; the sweep goes on
+        return failed(e, traceback.format_exc())
+
+
+def failed(e: BaseException, tb: str = "") -> dict:
+    msg = str(e).strip().splitlines()
+    return {"status": "failed", "error": f"{type(e).__name__}: {msg[0] if msg else ''}",
+            "traceback": tb}
+
+
+def write_run_dir(path: Path, files: dict[str, bytes]) -> None:
+    """Write a run directory sent back by a Ray job: a temporary sibling, then one rename."""
+    check_run_dir(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    try:
+        for rel, b in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(b)
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# --- executors --------------------------------------------------------------------------------
+
+def check_ray_address(address: str) -> None:
+    """Fail fast, before any work, when nothing listens at a ``host:port`` / ``ray://host:port``
+    address (``ray.init`` would otherwise retry for a long time)."""
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms: ray.init says what is wrong
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise ValueError(f"--ray {address}: no Ray cluster there ({e.strerror or e}); start one "
+                         f"with `ray start --head` and give its address, or use --ray local") \
+            from None
+
+
+def check_ray(address: str) -> None:
+    """What ``--ray ADDRESS`` needs, checked before any work: Ray installed, and something
+    listening at the address."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError("--ray needs Ray: pip install -e '.[ray]'") from None
+    if not address.strip():
+        raise ValueError("--ray: give a cluster address (HOST:PORT, ray://HOST:PORT, auto) or "
+                         "local")
+    if address != "local":
+        check_ray_address(address)
+
+
+def start_ray(address: str, quiet: bool = True):
+    """``ray.init`` for ``--ray local`` (a local cluster on this machine's CPUs) or an address
+    of a running cluster (``HOST:PORT``, ``ray://HOST:PORT``, ``auto``). This package's code
+    travels to the cluster's workers (``runtime_env.py_modules``); its dependencies must be
+    installed there."""
+    check_ray(address)
+    import ray
+
+    kwargs = dict(include_dashboard=False, log_to_driver=not quiet,
+                  logging_level="WARNING", configure_logging=True)
+    try:
+        if address == "local":
+            ray.init(address="local", **kwargs)
+        else:
+            import ppl_attention
+
+            ray.init(address=address, runtime_env={
+                "py_modules": [str(Path(ppl_attention.__file__).parent)]}, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise ValueError(f"--ray {address}: could not join a Ray cluster: "
+                         f"{str(e).strip().splitlines()[0]}") from None
+    return ray
+
+
+def execute(train_fn: Callable, args, jobs: list[Job], out: Path, *, workers: int = 1,
+            ray_address: str | None = None, cpus_per_job: int = 1,
+            on_done: Callable[[int, dict], None] = lambda i, r: None) -> list[dict]:
+    """Run the jobs whose run directory under ``out/runs`` is not complete; return every job's
+    result (``completed`` ones read back), in the order of ``jobs``."""
+    results: list = [None] * len(jobs)
+    todo = []
+    for i, job in enumerate(jobs):
+        done = completed(out / "runs" / job.name)
+        if done is not None:
+            results[i] = done
+        else:
+            todo.append(i)
+    if len(todo) < len(jobs):
+        print(f"[sweep] {len(jobs) - len(todo)} of {len(jobs)} jobs already complete in "
+              f"{out}/runs: kept", file=sys.stderr)
+
+    def finish(i, res):
+        if res["status"] == "ok" and "files" in res:
+            try:
+                write_run_dir(out / "runs" / jobs[i].name, res.pop("files"))
+            except OSError as e:
+                res = failed(e, traceback.format_exc())
+        results[i] = res
+        on_done(i, res)
+
+    if ray_address is not None:
+        _execute_ray(train_fn, args, jobs, todo, out, ray_address, cpus_per_job, finish)
+    elif workers > 1:
+        _execute_pool(train_fn, args, jobs, todo, out, workers, finish)
+    else:
+        for i in todo:
+            print(f"[sweep] {jobs[i].label} seed {jobs[i].seed}", file=sys.stderr)
+            finish(i, run_job(train_fn, args, jobs[i], str(out / "runs" / jobs[i].name)))
+    return results
+
+
+def _execute_pool(train_fn, args, jobs, todo, out, workers, finish):
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(run_job, train_fn, args, jobs[i], str(out / "runs" / jobs[i].name),
+                               threads): i for i in todo}
+        for f in as_completed(futures):
+            try:
+                res = f.result()
+            except Exception as e:  # the worker process died (killed, out of memory)
+                res = failed(e)
+            finish(futures[f], res)
+
+
+def _execute_ray(train_fn, args, jobs, todo, out, address, cpus_per_job, finish):
+    ray = start_ray(address)
+    try:
+        task = ray.remote(num_cpus=cpus_per_job, max_retries=0)(run_job)
+        data = read_data_files(getattr(args, "data_dir", None))
+        data_ref = ray.put(data) if data is not None else None
+        refs = {task.remote(train_fn, args, jobs[i], str(out / "runs" / jobs[i].name),
+                            cpus_per_job, True, data_ref): i for i in todo}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                res = ray.get(ready[0])
+            except ray.exceptions.RayError as e:  # the worker died (killed, out of memory)
+                res = failed(e)
+            finish(refs[ready[0]], res)
+    finally:
+        ray.shutdown()
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+def mean_sd(xs):
+    """(mean, sample sd) of the values that are not None, or None when none are."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    m = sum(xs) / len(xs)
+    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+    return (m, sd)
+
+
+def _csv_cell(v) -> str:
+    s = "" if v is None else str(v)
+    return f'"{s.replace(chr(34), chr(34) * 2)}"' if any(c in s for c in ',"\n') else s
+
+
+def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
+                  seeds: int) -> list[str]:
+    """``results.csv`` (one row per job, failed ones with their error), ``results.md`` (mean ±
+    sd over seeds per method and setting), ``learning_curves.png``, ``nll.png``, ``aer.png``.
+    Returns the table's lines."""
+    from .inference.plots import plot_bars, plot_curves
+
+    keys = list(dict.fromkeys(k for j in jobs for k, _ in j.settings))
+    csv = [",".join(["method", "seed", *keys, "status", "exact", *COLUMNS,
+                     "floor_nll_per_token", "error"])]
+    for job, res in zip(jobs, results):
+        s = dict(job.settings)
+        rep = res.get("report", {})
+        csv.append(",".join(_csv_cell(v) for v in [
+            job.method, job.seed, *(s.get(k) for k in keys), res["status"], rep.get("exact"),
+            *(rep.get(c) for c in COLUMNS + ["floor_nll_per_token"]), res.get("error")]))
+    atomic_write_text(out / "results.csv", "\n".join(csv) + "\n")
+
+    labels = list(dict.fromkeys(j.label for j in jobs))
+    summary, curves, floor = [], {}, None
+    for label in labels:
+        ok = [(j, r) for j, r in zip(jobs, results) if j.label == label and r["status"] == "ok"]
+        if not ok:
+            continue
+        reps = [r["report"] for _, r in ok]
+        floor = floor if floor is not None else reps[0].get("floor_nll_per_token")
+        curves.setdefault(label, ok[0][1]["history"])
+        summary.append({"method": label, "exact": reps[0]["exact"], "n": len(ok),
+                        **{c: mean_sd([r.get(c) for r in reps]) for c in COLUMNS}})
+
+    def fmt(v, digits=3):
+        if v is None:
+            return "—"
+        return f"{v[0]:.{digits}f}" + (f" ± {v[1]:.{digits}f}" if seeds > 1 else "")
+
+    md = [title + (f" Floor (generator's exact NLL/token): {floor:.3f}."
+                   if floor is not None else ""),
+          "", "| method | NLL/token | exact | ELBO/token | AER | ms/step |",
+          "|---|---|---|---|---|---|"]
+    for s in summary:
+        seeds_note = "" if s["n"] == seeds else f" ({s['n']} of {seeds} seeds)"
+        md.append(f"| {s['method']}{seeds_note} | {fmt(s['nll_per_token'])} | "
+                  f"{'yes' if s['exact'] else 'IWAE-10'} | {fmt(s['elbo_per_token'])} | "
+                  f"{fmt(s['aer'])} | {fmt(s['ms_per_step'], 1)} |")
+    bad = [(j, r) for j, r in zip(jobs, results) if r["status"] != "ok"]
+    if bad:
+        md += ["", "Failed jobs (rerun the same command to run only these):", ""]
+        md += [f"- `{j.name}`: {r['error']}" for j, r in bad]
+    atomic_write_text(out / "results.md", "\n".join(md) + "\n")
+    if summary:
+        plot_curves(curves, out / "learning_curves.png")
+        plot_bars(summary, "nll_per_token", out / "nll.png")
+        if any(s["aer"] for s in summary):
+            plot_bars(summary, "aer", out / "aer.png")
+    return md
+
+
+def check_sweep_dir(out: Path, fixed: dict) -> None:
+    """Record the sweep's fixed options in ``out/sweep.json``; refuse, before any work, to mix
+    runs made with other fixed options into the same directory."""
+    path = out / "sweep.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            raise ValueError(f"{path}: not valid JSON; move it away or use another --out") \
+                from None
+        diff = [k for k in fixed if k in old and old[k] != fixed[k]]
+        if diff:
+            was = ", ".join(f"{k}={old[k]!r}" for k in diff)
+            now = ", ".join(f"{k}={fixed[k]!r}" for k in diff)
+            raise ValueError(f"{out} holds a sweep made with {was}; this one asks {now} — use "
+                             f"another --out, or the same options to resume it")
+        fixed = {**old, **fixed}
+    atomic_write_text(path, json.dumps(fixed, indent=1, sort_keys=True) + "\n")
