@@ -22,6 +22,7 @@ from .data.corpus import atomic_write_text
 from .data.pharaoh import format_pharaoh
 from .data.tasks import Split
 from .inference import METHODS, Run, evaluate, fit, get_method
+from .inference.distributed import Distributed
 from .inference.evaluate import alignment_links
 from .models import Seq2SeqAlignment
 from .seq_vae_cli import (
@@ -117,6 +118,14 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
         resume = Run.load(out, which="last", partial=True)
     devices = getattr(args, "devices", 1)
     extra = {}
+    distributed = Distributed.from_env()
+    if distributed is not None:  # a torchrun launch: checks before joining the process group
+        if args.backend != "pyro" or devices != 1:
+            raise ValueError("torchrun launches Pyro data parallelism; NumPyro shards batches "
+                             "over JAX devices in one process (--backend numpyro --devices N)")
+        distributed.check_batches(batches)
+        distributed.start()
+        extra["distributed"] = distributed
     if args.backend == "numpyro":
         from .numpyro.inference import fit as fit_fn
         from .numpyro.inference import get_method as numpyro_method
@@ -138,6 +147,8 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
               **({"checkpoint_every": args.checkpoint_every, "out": out}
                  if getattr(args, "checkpoint_every", None) else {}),
               config={"data": source, "batch_size": args.batch_size}, **extra)
+    if distributed is not None and not distributed.main:
+        return run, None  # rank 0 evaluates and writes the run directory
     test = splits["test"]
     last = copy.deepcopy(run.model.state_dict())
     run.model.load_state_dict(run.extra.get("best_model", last))
@@ -152,6 +163,9 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
 
 
 def cmd_train(args) -> int:
+    distributed = Distributed.from_env()
+    if distributed is not None and args.model != "seq2seq":
+        raise ValueError(f"torchrun data parallelism trains --model seq2seq, not {args.model}")
     if args.model in bam_cli.MODELS:
         if args.noise is None:
             args.noise = 0.3 if args.task == "digits" else 1.0
@@ -166,9 +180,14 @@ def cmd_train(args) -> int:
         print_report(report, as_json=True)
         print(f"wrote run directory {args.out}", file=sys.stderr)
         return 0
-    _, report = train_one(args, args.method, args.seed, Path(args.out))
-    print(json.dumps(report, indent=1))
-    print(f"wrote run directory {args.out}", file=sys.stderr)
+    try:
+        _, report = train_one(args, args.method, args.seed, Path(args.out))
+    finally:
+        if distributed is not None:
+            distributed.stop()
+    if report is not None:  # rank 0 of a torchrun launch, or a one-process run
+        print(json.dumps(report, indent=1))
+        print(f"wrote run directory {args.out}", file=sys.stderr)
     return 0
 
 

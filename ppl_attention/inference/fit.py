@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from ..data.batching import Batch
 from ..data.vocab import Vocab
 from ..models.seq2seq import Seq2SeqAlignment
-from .methods import get_method, loss_and_grads
+from .methods import differentiable_loss, get_method, loss_and_grads
 from .run import Run
 
 
@@ -41,6 +41,9 @@ class MethodObjective:
 
     def loss_and_grads(self, model, batch: Batch, step: int, avg: float | None) -> float:
         return loss_and_grads(self.method, self.elbo, model, batch, step, avg)
+
+    def differentiable_loss(self, model, batch: Batch, step: int, avg: float | None):
+        return differentiable_loss(self.method, self.elbo, model, batch, step, avg)
 
     def validate(self, run: Run, batches: list[Batch]) -> float:
         from .evaluate import nll_per_token  # local: evaluate imports fit's siblings
@@ -84,7 +87,8 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         src_vocab: Vocab, tgt_vocab: Vocab, valid: list[Batch] | None = None, lr: float = 3e-3,
         clip: float = 5.0, valid_every: int = 100, resume: Run | None = None,
         progress: bool = True, out=None, config: dict | None = None,
-        lr_schedule: str = "cosine", checkpoint_every: int | None = None) -> Run:
+        lr_schedule: str = "cosine", checkpoint_every: int | None = None,
+        distributed=None) -> Run:
     """Train ``model`` by ``method`` for ``steps`` steps (one batch a step) and return a Run.
 
     The batch for step i is fixed by (seed, i), so a run resumed from its directory continues
@@ -97,6 +101,12 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
 
     ``checkpoint_every``: also save ``out`` every N steps, marked PARTIAL, so a long run killed
     midway resumes from its last checkpoint with the identical next loss.
+
+    ``distributed``: a :class:`~ppl_attention.inference.distributed.Distributed` (a
+    ``torchrun`` launch): each rank differentiates its shard of every batch inside
+    ``DistributedDataParallel`` — the same parameters, step by step, as one process on the
+    whole batch (module docstring there); rank 0 alone validates, shows progress and writes
+    ``out``; the other ranks draw their own random numbers.
     """
     if lr_schedule not in SCHEDULES:
         raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
@@ -118,6 +128,26 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
     avg = run.extra.get("avg_baseline")
     best = run.extra.get("best_valid", float("inf"))
     objective = make_objective(model, method, run.config)
+    step_fn = None
+    if distributed is not None:
+        if not hasattr(objective, "differentiable_loss"):
+            raise ValueError(f"{method}: data-parallel training (torchrun) is for the "
+                             f"registered inference methods")
+        if not distributed.main:  # rank 0 keeps the one-process random stream
+            pyro.set_rng_seed((seed * 1_000_003 + distributed.rank * 7_919 + start) % 2**31)
+        ddp = distributed.wrap(model, objective)
+
+        def step_fn(batch, step, avg):
+            shard = distributed.shard(batch)
+            surrogate, loss = ddp(shard, step, avg)
+            (surrogate * distributed.world).backward()  # DDP averages: W·(1/W)Σ_r = Σ_r
+            total, n_tokens = distributed.all_sum(float(loss), shard.n_tokens)
+            return total / n_tokens
+
+        run.config["processes"] = distributed.world
+        progress = progress and distributed.main
+        valid = valid if distributed.main else None
+        out = out if distributed.main else None
     model.train()
     bar = tqdm(range(start, steps), disable=not progress, desc=method, leave=False)
     t0, tokens = time.perf_counter(), 0
@@ -128,7 +158,10 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         for group in optimizer.param_groups:
             group["lr"] = lr * SCHEDULES[lr_schedule](step, steps)
         optimizer.zero_grad()
-        loss = objective.loss_and_grads(model, batch, step, avg) / batch.n_tokens
+        if step_fn is None:
+            loss = objective.loss_and_grads(model, batch, step, avg) / batch.n_tokens
+        else:
+            loss = step_fn(batch, step, avg)
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         avg = -loss if avg is None else 0.95 * avg - 0.05 * loss

@@ -108,9 +108,12 @@ def get_method(name: str) -> Method:
         raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}") from None
 
 
-def loss_and_grads(method: Method, elbo, model, batch, step: int,
-                   avg_baseline: float | None = None) -> float:
-    """One stochastic estimate of −ELBO (summed over the batch), gradients on the model's params."""
+def differentiable_loss(method: Method, elbo, model, batch, step: int,
+                        avg_baseline: float | None = None) -> tuple[float, torch.Tensor]:
+    """One stochastic estimate of −ELBO summed over the batch, and the surrogate whose gradient
+    is the method's gradient estimator (for REINFORCE methods it differs from −ELBO; for
+    reweighted wake-sleep it is the wake-θ plus wake-φ loss) — what ``loss_and_grads``
+    differentiates, and what a ``DistributedDataParallel`` module returns."""
     kl = method.kl_scale(step)
     baseline = None
     if method.baseline == "soft":
@@ -122,15 +125,31 @@ def loss_and_grads(method: Method, elbo, model, batch, step: int,
                         kl_scale=kl)
     if baseline is not None:
         guide_kwargs["baseline"] = baseline
+
+    def p(b):
+        return model.model(b, enumerate_z=method.enumerate_model, kl_scale=kl)
+
+    def q(b):
+        return model.guide(b, **guide_kwargs)
+
     with warnings.catch_warnings():
         # TraceEnum_ELBO looks for enumerated sites in the guide only; `exact` enumerates in
         # the model (tested against brute force), so its warning is noise here.
         warnings.filterwarnings("ignore", "TraceEnum_ELBO found no sample sites")
-        loss = elbo.loss_and_grads(
-            lambda b: model.model(b, enumerate_z=method.enumerate_model, kl_scale=kl),
-            lambda b: model.guide(b, **guide_kwargs),
-            batch,
-        )
-    if isinstance(loss, tuple):  # ReweightedWakeSleep: (wake-θ loss, φ loss)
-        loss = loss[0]
-    return float(loss)
+        # Pyro exposes the surrogate of these two only through these methods (1.8 – 1.9)
+        if isinstance(elbo, ReweightedWakeSleep):
+            wake_theta, phi = elbo._loss(p, q, (batch,), {})
+            return float(wake_theta.detach()), wake_theta + phi
+        if isinstance(elbo, TraceGraph_ELBO):
+            value, surrogate = elbo._loss_and_surrogate_loss(p, q, (batch,), {})
+            return -float(torch.as_tensor(value).detach()), surrogate
+        loss = elbo.differentiable_loss(p, q, batch)
+        return float(loss.detach()), loss
+
+
+def loss_and_grads(method: Method, elbo, model, batch, step: int,
+                   avg_baseline: float | None = None) -> float:
+    """One stochastic estimate of −ELBO (summed over the batch), gradients on the model's params."""
+    loss, surrogate = differentiable_loss(method, elbo, model, batch, step, avg_baseline)
+    surrogate.backward()
+    return loss
