@@ -1,11 +1,13 @@
-"""Steps per second of NumPyro SVI on one device vs the batch sharded over two (host) devices,
-measured in one run (the process starts with two XLA host devices).
+"""Steps per second of data-parallel SVI, measured in one run: NumPyro on one JAX device vs the
+batch sharded over two (host) devices, and Pyro in one process vs two ``torchrun`` processes
+(gloo, DistributedDataParallel).
 
-    python benchmarks/data_parallel.py --reps 20
+    python benchmarks/data_parallel.py --reps 20 --pyro-steps 200
 
-On the 2-core CPU machine the two "devices" share the same two cores, so this measures the
-overhead of sharding more than a speed-up; on a machine with several accelerators it measures
-the real thing.
+On the 2-core CPU machine the two "devices" share the same two cores (and the one Pyro process
+gets both cores' threads, each torchrun process one), so this measures the overhead of
+sharding more than a speed-up; on a machine with several accelerators it measures the real
+thing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,28 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 
 import argparse  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
+
+
+def pyro_steps_per_second(method: str, processes: int, steps: int, hidden: int,
+                          batch_size: int) -> float:
+    """``train`` under torchrun (or plain, for 1 process); steps/s from the run's ms/step."""
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable])
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([*launch, "-m", "ppl_attention.cli", "train", "--task", "reorder",
+                            "--n-train", "2000", "--method", method, "--steps", str(steps),
+                            "--hidden", str(hidden), "--batch-size", str(batch_size),
+                            "--valid-every", str(10 * steps), "--out", f"{tmp}/run"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(r.stderr[-3000:])
+        from ppl_attention.inference.run import Run
+
+        return 1000.0 / Run.load(f"{tmp}/run").extra["ms_per_step"]
 
 
 def main(argv=None):
@@ -34,6 +57,8 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--methods", default="exact,vae-enum")
+    ap.add_argument("--pyro-steps", type=int, default=200,
+                    help="steps of each Pyro run (0: skip the torchrun rows)")
     args = ap.parse_args(argv)
     task = make_task("reorder", n_train=2000, n_eval=8, seed=0)
     sv = Vocab.build(s for s, _ in task.train.pairs)
@@ -66,6 +91,14 @@ def main(argv=None):
             jax.block_until_ready(loss)
             rates.append(args.reps / (time.perf_counter() - t))
         print(f"| {method} | {rates[0]:.1f} | {rates[1]:.1f} | {rates[1] / rates[0]:.2f} |")
+    if args.pyro_steps:
+        print(f"\nPyro, {args.pyro_steps} steps, hidden {args.hidden}, batch {args.batch_size}")
+        print("| method | 1 process steps/s | 2 torchrun processes steps/s | ratio |")
+        print("|---|---|---|---|")
+        for method in args.methods.split(","):
+            one, two = (pyro_steps_per_second(method, n, args.pyro_steps, args.hidden,
+                                              args.batch_size) for n in (1, 2))
+            print(f"| {method} | {one:.1f} | {two:.1f} | {two / one:.2f} |")
 
 
 if __name__ == "__main__":
