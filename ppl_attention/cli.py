@@ -385,7 +385,13 @@ def cmd_sweep(args) -> int:
     if args.data_dir is not None and any(k in ("n_train", "task_seed") for k, _ in settings):
         raise ValueError("--set n_train / task_seed sweep a built-in --task, not a --data-dir")
     for job in {j.settings: j for j in jobs}.values():  # bad data or options: before any work
-        _data(sweep.job_args(args, job))
+        a = sweep.job_args(args, job)
+        _data(a)
+        if a.backend == "numpyro":
+            from .numpyro.inference import get_method as numpyro_method
+
+            for m in methods:
+                numpyro_method(m)
     swept = {k for k, _ in settings}
     fixed = {k: getattr(args, k) for k in (*sweep.SETTABLE, "task", "data_dir", "stress")
              if k not in swept and hasattr(args, k)}
@@ -412,8 +418,14 @@ def cmd_sweep(args) -> int:
         bar.write(msg, file=sys.stderr)
         bar.update()
 
-    results = sweep.execute(train_one, args, jobs, out, workers=args.jobs, ray_address=args.ray,
-                            cpus_per_job=args.cpus_per_job, on_done=on_done)
+    # by reference to the module's importable name (under `python -m ppl_attention.cli` this
+    # module is __main__, which a Ray worker cannot import) and without the command's function
+    from ppl_attention.cli import train_one as train_fn
+
+    job_options = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "fn"})
+    results = sweep.execute(train_fn, job_options, jobs, out, workers=args.jobs,
+                            ray_address=args.ray, cpus_per_job=args.cpus_per_job,
+                            on_done=on_done)
     bar.close()
     swept_text = "; ".join(f"{k} ∈ {{{', '.join(map(str, vs))}}}" for k, vs in settings)
     title = (f"Task `{args.task or args.data_dir}`, {args.seeds} seed(s), {args.steps} steps, "

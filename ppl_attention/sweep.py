@@ -17,6 +17,7 @@ import copy
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -181,9 +182,16 @@ def run_job(train_fn: Callable, args, job: Job, run_dir: str, threads: int | Non
 
 
 def failed(e: BaseException, tb: str = "") -> dict:
-    msg = str(e).strip().splitlines()
-    return {"status": "failed", "error": f"{type(e).__name__}: {msg[0] if msg else ''}",
-            "traceback": tb}
+    """A failed job's result: the error's type and first line (for an error Ray wraps, the
+    cause's, or the wrapped message's last line)."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        e = cause
+    lines = [x for x in re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines() if x.strip()]
+    if lines and lines[0].startswith("ray::"):  # "ray::run_job() (pid=…)" then the traceback
+        lines = lines[-1:]
+    return {"status": "failed", "error": f"{type(e).__name__}: {lines[0] if lines else ''}",
+            "traceback": tb or str(e)}
 
 
 def write_run_dir(path: Path, files: dict[str, bytes]) -> None:

@@ -124,6 +124,7 @@ def test_set_sweeps_settings_into_named_runs(data_dir, tmp_path, capsys):
     (["--set", "hidden=8", "--set", "hidden=12"], "given twice"),
     (["--methods", "exact,nope"], "unknown method 'nope'"),
     (["--ray", "local", "--jobs", "2"], "--jobs runs worker processes"),
+    (["--methods", "vae-rws", "--set", "backend=pyro,numpyro"], "has no NumPyro counterpart"),
 ])
 def test_bad_sweep_options_are_refused_before_any_work(data_dir, tmp_path, capsys, bad, message):
     out = tmp_path / "never"
@@ -157,8 +158,12 @@ def test_sweep_on_a_running_ray_cluster(data_dir, tmp_path):
                    check=True, capture_output=True, timeout=120)
     try:
         out = tmp_path / "cluster"
-        assert main(["sweep", "--data-dir", str(data_dir), "--methods", "soft", *SMALL,
-                     "--ray", f"127.0.0.1:{port}", "--out", str(out)]) == 0
+        # as a user runs it: the command line's module is __main__ there
+        r = subprocess.run([sys.executable, "-m", "ppl_attention.cli", "sweep", "--data-dir",
+                            str(data_dir), "--methods", "soft", *SMALL, "--ray",
+                            f"127.0.0.1:{port}", "--out", str(out)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
         assert _numbers(out / "results.csv")[0][1] == "ok"
         assert (out / "runs" / "soft-seed0" / "COMPLETE").exists()
     finally:
