@@ -398,6 +398,17 @@ def cmd_sweep(args) -> int:
     if fixed.get("data_dir"):
         fixed["data_dir"] = str(Path(fixed["data_dir"]).resolve())
     out = Path(args.out).resolve()
+    ray = sweep.start_ray(args.ray) if args.ray is not None else None  # joined before any work
+    try:
+        return _sweep(args, jobs, settings, fixed, out)
+    finally:
+        if ray is not None:
+            ray.shutdown()
+
+
+def _sweep(args, jobs, settings, fixed, out: Path) -> int:
+    from . import sweep
+
     out.mkdir(parents=True, exist_ok=True)
     sweep.check_sweep_dir(out, fixed)
 

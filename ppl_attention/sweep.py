@@ -320,7 +320,11 @@ def _execute_pool(train_fn, args, jobs, todo, out, workers, finish):
 
 
 def _execute_ray(train_fn, args, jobs, todo, out, address, cpus_per_job, finish):
-    ray = start_ray(address)
+    import ray
+
+    started = not ray.is_initialized()  # the caller may have joined the cluster already
+    if started:
+        start_ray(address)
     try:
         task = ray.remote(num_cpus=cpus_per_job, max_retries=0)(run_job)
         data = read_data_files(getattr(args, "data_dir", None))
@@ -336,7 +340,8 @@ def _execute_ray(train_fn, args, jobs, todo, out, address, cpus_per_job, finish)
                 res = failed(e)
             finish(refs[ready[0]], res)
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
 
 
 # --- tables -----------------------------------------------------------------------------------
