@@ -576,9 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_training(p)
         p.add_argument("--methods", default=",".join(METHODS))
         p.add_argument("--seeds", type=int, default=1)
-        p.add_argument("--set", action="append", metavar="KEY=V1,V2",
-                       help="sweep a training option over values (repeatable), e.g. "
-                       "--set hidden=32,64 --set lr=1e-2,3e-3")
+        p.add_argument("--set", action="extend", nargs="+", metavar="KEY=V1,V2",
+                       help="sweep training options over values, e.g. "
+                       "--set hidden=32,64 lr=1e-2,3e-3 (or --set given several times)")
         p.add_argument("--jobs", type=int, default=1,
                        help="runs trained at once, in worker processes (default 1: in this "
                        "process)")

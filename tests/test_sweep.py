@@ -99,7 +99,7 @@ def test_a_failed_job_is_isolated_and_the_rerun_runs_only_it(data_dir, tmp_path,
 def test_set_sweeps_settings_into_named_runs(data_dir, tmp_path, capsys):
     out = tmp_path / "grid"
     assert main(["sweep", "--data-dir", str(data_dir), "--methods", "exact", "--seeds", "1",
-                 *SMALL, "--set", "hidden=8,12", "--set", "q-prior=true,false", "--out",
+                 *SMALL, "--set", "hidden=8,12", "q-prior=true,false", "--out",
                  str(out)]) == 0
     rows = _rows(out / "results.csv")
     assert [(r["hidden"], r["q_prior"]) for r in rows] == [
