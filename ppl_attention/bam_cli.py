@@ -12,11 +12,11 @@ test report) and ``COMPLETE``, written under a temporary name and renamed when w
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from .data.corpus import write_directory_atomically
 
 MODELS = ("bam-classifier", "gat")
 TASKS = {"bam-classifier": ("digits",), "gat": ("sbm", "karate")}
@@ -107,20 +107,13 @@ def train(args, out: Path) -> dict:
            "train": {"steps": args.steps, "lr": args.lr, "kl_weight": args.kl_weight,
                      "seed": args.seed, "batch_size": args.batch_size}}
     rep = report(model, cfg)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
+    def fill(tmp: Path) -> None:
         (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
         torch.save({"model": model.state_dict()}, tmp / "checkpoint.pt")
         (tmp / "metrics.json").write_text(json.dumps(rep, indent=1))
         (tmp / "COMPLETE").write_text("")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_directory_atomically(out, fill)
     return rep
 
 

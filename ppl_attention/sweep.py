@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import socket
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .data.corpus import atomic_write_text
+from .data.corpus import atomic_write_text, write_directory_atomically
 from .inference.run import COMPLETE, PARTIAL
 
 #: options a ``--set key=v1,v2`` may sweep (the training options of ``train`` / ``compare``)
@@ -197,18 +196,13 @@ def failed(e: BaseException, tb: str = "") -> dict:
 def write_run_dir(path: Path, files: dict[str, bytes]) -> None:
     """Write a run directory sent back by a Ray job: a temporary sibling, then one rename."""
     check_run_dir(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
-    try:
+
+    def fill(tmp: Path) -> None:
         for rel, b in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(b)
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    write_directory_atomically(path, fill)
 
 
 # --- executors --------------------------------------------------------------------------------

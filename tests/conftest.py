@@ -2,6 +2,8 @@ import pyro
 import pytest
 import torch
 
+from ppl_attention.data import make_task, write_pharaoh, write_tsv
+
 
 @pytest.fixture(autouse=True)
 def _fresh_pyro():
@@ -11,3 +13,14 @@ def _fresh_pyro():
     torch.set_default_dtype(torch.float32)
     yield
     pyro.clear_param_store()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A small reorder corpus as a --data-dir: train/valid/test .tsv with gold .align."""
+    d = tmp_path_factory.mktemp("corpus")
+    task = make_task("reorder", n_train=40, n_eval=10, seed=1)
+    for name, split in (("train", task.train), ("valid", task.valid), ("test", task.test)):
+        write_tsv(d / f"{name}.tsv", split.pairs)
+        write_pharaoh(d / f"{name}.align", split.gold)
+    return d

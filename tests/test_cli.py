@@ -6,20 +6,8 @@ import re
 import pytest
 
 from ppl_attention.cli import main
-from ppl_attention.data import make_task, write_tsv
-from ppl_attention.data.pharaoh import write_pharaoh
 
 SMALL = ["--steps", "6", "--hidden", "8", "--batch-size", "8", "--valid-every", "3"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("corpus")
-    task = make_task("reorder", n_train=40, n_eval=10, seed=1)
-    for name, split in (("train", task.train), ("valid", task.valid), ("test", task.test)):
-        write_tsv(d / f"{name}.tsv", split.pairs)
-        write_pharaoh(d / f"{name}.align", split.gold)
-    return d
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def write_directory_atomically(path: str | os.PathLike, fill) -> Path:
+    """Make the directory ``path`` whole or not at all: ``fill(tmp)`` writes a temporary
+    sibling, which then replaces ``path`` by renames (an earlier ``path`` is moved aside first
+    and removed last), so a reader never sees a half-written directory."""
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    try:
+        fill(tmp)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            path.rename(old)
+            tmp.rename(path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
 def write_tsv(path: str | os.PathLike, pairs: list[Pair]) -> None:
     atomic_write_text(path, "".join(f"{' '.join(s)}\t{' '.join(t)}\n" for s, t in pairs))
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from ..data.corpus import write_directory_atomically
 from ..data.vocab import Vocab
 from ..models.seq2seq import Seq2SeqAlignment
 from .methods import get_method
@@ -38,10 +37,7 @@ class Run:
         """Write the run directory atomically: a temporary sibling, then one rename. With
         ``complete=False`` (a periodic checkpoint) it is marked PARTIAL: ``train --resume``
         continues it, ``evaluate`` refuses it."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
-        try:
+        def fill(tmp: Path) -> None:
             (tmp / "config.json").write_text(json.dumps({
                 "method": self.method, "model": self.model.config, "train": self.config,
                 "src_vocab": self.src_vocab.to_list(), "tgt_vocab": self.tgt_vocab.to_list(),
@@ -54,18 +50,8 @@ class Run:
                 from .plots import plot_learning_curve
                 plot_learning_curve(self.history, tmp / "learning_curve.png", title=self.method)
             (tmp / (COMPLETE if complete else PARTIAL)).write_text("")
-            if path.exists():
-                old = path.with_name(f".{path.name}.old")
-                shutil.rmtree(old, ignore_errors=True)
-                path.rename(old)
-                tmp.rename(path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return path
+
+        return write_directory_atomically(path, fill)
 
     @classmethod
     def load(cls, path: str | os.PathLike, which: str = "best", partial: bool = False) -> Run:
