@@ -377,6 +377,8 @@ def cmd_sweep(args) -> int:
         raise ValueError(f"--cpus-per-job must be at least 1, got {args.cpus_per_job}")
     if args.ray is not None:
         sweep.check_ray(args.ray)  # Ray installed, a cluster at the address: before any work
+    if args.data_dir is not None:  # jobs may run elsewhere (Ray): the corpus by its full path
+        args.data_dir = str(Path(args.data_dir).resolve())
     options = argparse.ArgumentParser(add_help=False)
     _add_data_source(options, required=False)
     _add_training(options)
