@@ -389,6 +389,9 @@ def cmd_sweep(args) -> int:
     for job in {j.settings: j for j in jobs}.values():  # bad data or options: before any work
         a = sweep.job_args(args, job)
         _data(a)
+        if a.backend == "pyro" and a.devices != 1:
+            raise ValueError("--devices shards batches over JAX devices: set backend numpyro "
+                             "with it (Pyro data parallelism is torchrun)")
         if a.backend == "numpyro":
             from .numpyro.inference import get_method as numpyro_method
 
@@ -402,6 +405,11 @@ def cmd_sweep(args) -> int:
     out = Path(args.out).resolve()
     ray = sweep.start_ray(args.ray) if args.ray is not None else None  # joined before any work
     try:
+        if ray is not None:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            if args.cpus_per_job > cpus:  # Ray would wait for such a node for ever
+                raise ValueError(f"--cpus-per-job {args.cpus_per_job}: the Ray cluster at "
+                                 f"{args.ray} has {cpus:g} CPUs in all")
         return _sweep(args, jobs, settings, fixed, out)
     finally:
         if ray is not None:

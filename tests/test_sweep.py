@@ -114,6 +114,7 @@ def test_set_sweeps_settings_into_named_runs(data_dir, tmp_path, capsys):
     (["--methods", "exact,nope"], "unknown method 'nope'"),
     (["--ray", "local", "--jobs", "2"], "--jobs runs worker processes"),
     (["--methods", "vae-rws", "--set", "backend=pyro,numpyro"], "has no NumPyro counterpart"),
+    (["--set", "devices=1,2"], "set backend numpyro with it"),
 ])
 def test_bad_sweep_options_are_refused_before_any_work(data_dir, tmp_path, capsys, bad, message):
     out = tmp_path / "never"
@@ -122,6 +123,15 @@ def test_bad_sweep_options_are_refused_before_any_work(data_dir, tmp_path, capsy
         args = [a for a in args if a != "--methods" and a != "exact"]
     assert main([*args, *bad]) == 2
     assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_more_cpus_per_job_than_the_cluster_has_is_refused(data_dir, tmp_path, capsys):
+    pytest.importorskip("ray")
+    out = tmp_path / "never"
+    assert main(["sweep", "--data-dir", str(data_dir), "--methods", "exact", *SMALL,
+                 "--ray", "local", "--cpus-per-job", "999", "--out", str(out)]) == 2
+    assert "--cpus-per-job 999: the Ray cluster at local has" in capsys.readouterr().err
     assert not out.exists()
 
 
