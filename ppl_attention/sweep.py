@@ -283,6 +283,12 @@ def execute(train_fn: Callable, args, jobs: list[Job], out: Path, *, workers: in
                 write_run_dir(out / "runs" / jobs[i].name, res.pop("files"))
             except OSError as e:
                 res = failed(e, traceback.format_exc())
+        log = out / "errors" / f"{jobs[i].name}.txt"  # a failed job's traceback, till it works
+        if res["status"] == "ok":
+            log.unlink(missing_ok=True)
+        else:
+            log.parent.mkdir(exist_ok=True)
+            atomic_write_text(log, res.get("traceback") or res["error"])
         results[i] = res
         on_done(i, res)
 
@@ -402,7 +408,7 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
     bad = [(j, r) for j, r in zip(jobs, results) if r["status"] != "ok"]
     if bad:
         md += ["", "Failed jobs (rerun the same command to run only these):", ""]
-        md += [f"- `{j.name}`: {r['error']}" for j, r in bad]
+        md += [f"- `{j.name}`: {r['error']} (traceback: `errors/{j.name}.txt`)" for j, r in bad]
     atomic_write_text(out / "results.md", "\n".join(md) + "\n")
     if summary:
         plot_curves(curves, out / "learning_curves.png")

@@ -72,6 +72,7 @@ def test_a_failed_job_is_isolated_and_the_rerun_runs_only_it(data_dir, tmp_path,
     rows = _numbers(out / "results.csv")
     assert [r[1] for r in rows] == ["ok", "ok", "ok", "failed"]
     assert "soft-seed1" in (out / "results.md").read_text()
+    assert "refusing to overwrite" in (out / "errors" / "soft-seed1.txt").read_text()
     assert (blocker / "notes.txt").exists()  # nothing already written was lost
     done = {n: (out / "runs" / n / "checkpoint.pt").stat().st_mtime_ns
             for n in ("exact-seed0", "exact-seed1", "soft-seed0")}
@@ -82,6 +83,7 @@ def test_a_failed_job_is_isolated_and_the_rerun_runs_only_it(data_dir, tmp_path,
     assert {n: (out / "runs" / n / "checkpoint.pt").stat().st_mtime_ns for n in done} == done
     rerun = _numbers(out / "results.csv")
     assert [r[1] for r in rerun] == ["ok"] * 4
+    assert not (out / "errors" / "soft-seed1.txt").exists()
     assert [r[2] for r in rerun[:3]] == [r[2] for r in rows[:3]]  # read back, not retrained
 
 
