@@ -79,19 +79,26 @@ def test_exact_marginals_pyro_equal_numpyro_and_infer_discrete_frequencies():
     real = b.tgt_mask.numpy()
     np.testing.assert_allclose(jexact[real], exact[real], atol=1e-5)
     np.testing.assert_allclose(exact[real].sum(-1), 1.0, atol=1e-6)
-    # infer_discrete(temperature=1) draws from the exact posterior: chi-square per position
+    # infer_discrete(temperature=1) draws from the exact posterior: chi-square per position;
+    # n draws at once, as a batch of the 4 pairs repeated n times (row k is pair k mod 4)
+    from pyro import poutine
+
+    from ppl_attention.data.batching import collate
+
     pyro.set_rng_seed(0)
     n = 2000
     model = infer_discrete(lambda bb: run.model.model(bb, enumerate_z=True), first_available_dim=-3,
                            temperature=1)
-    counts = np.zeros_like(exact)
+    pairs = [task.test.pairs[int(i)] for i in b.index]
+    big = collate(pairs * n, list(range(4 * n)), run.src_vocab, run.tgt_vocab)
+    assert big.tgt_out.shape[1] == exact.shape[1] and big.src.shape[1] == exact.shape[2]
     with torch.no_grad():
-        for _ in range(n // 100):
-            from pyro import poutine
-
-            for _ in range(100):
-                z = poutine.trace(model).get_trace(b).nodes["align"]["value"].numpy()
-                np.add.at(counts, (np.arange(4)[:, None], np.arange(exact.shape[1])[None], z), 1)
+        z = poutine.trace(model).get_trace(big).nodes["align"]["value"].numpy()
+    z = z.reshape(n, 4, exact.shape[1])
+    counts = np.zeros_like(exact)
+    for r in range(4):
+        for t in range(exact.shape[1]):
+            counts[r, t] = np.bincount(z[:, r, t], minlength=exact.shape[2])
     from scipy.stats import chi2
 
     stat, dof = 0.0, 0
