@@ -74,6 +74,7 @@ def main(argv=None):
     ap.add_argument("--methods", default="soft,exact,hmm-exact,vae-enum")
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--encoder-layers", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--beam", type=int, default=4)
@@ -95,7 +96,8 @@ def main(argv=None):
         if not (run_dir / "COMPLETE").exists():
             targs = build_parser().parse_args([
                 "train", "--task", "g2p", "--method", method, "--steps", str(args.steps),
-                "--hidden", str(args.hidden), "--batch-size", str(args.batch_size),
+                "--hidden", str(args.hidden), "--encoder-layers", str(args.encoder_layers),
+                "--batch-size", str(args.batch_size),
                 "--lr", str(args.lr), "--dropout", str(args.dropout), "--valid-every", "1000",
                 "--out", str(run_dir), "--checkpoint-every", "1000", "--resume"])
             train_one(targs, method, 0, run_dir)

@@ -108,7 +108,8 @@ def train_one(args, method: str, seed: int, out: Path, progress: bool = True) ->
                          "backend or --dropout 0")
     model = Seq2SeqAlignment(len(src_vocab), len(tgt_vocab), hidden=args.hidden,
                              embed=args.embed, score=args.score, family=m.family(args.hidden),
-                             q_prior=args.q_prior, dropout=args.dropout)
+                             q_prior=args.q_prior, dropout=args.dropout,
+                             encoder_layers=getattr(args, "encoder_layers", 1))
     batches = make_batches(train.pairs, src_vocab, tgt_vocab, args.batch_size, shuffle=True,
                            seed=seed)
     valid = splits["valid"] or splits["test"]
@@ -392,6 +393,8 @@ def _add_training(p):
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--embed", type=int, help="embedding size (default: --hidden)")
+    p.add_argument("--encoder-layers", type=int, default=1,
+                   help="seq2seq: stacked BiLSTM layers of the source encoder")
     p.add_argument("--dropout", type=float, default=0.0,
                    help="dropout on embeddings and the output layer's input (Pyro backend)")
     p.add_argument("--score", default="additive")

@@ -32,8 +32,9 @@ from .data.corpus import atomic_write_text, write_directory_atomically
 from .inference.run import COMPLETE, PARTIAL
 
 #: options a ``--set key=v1,v2`` may sweep (the training options of ``train`` / ``compare``)
-SETTABLE = ("steps", "hidden", "embed", "dropout", "score", "batch_size", "q_prior", "lr",
-            "lr_schedule", "valid_every", "backend", "devices", "n_train", "task_seed")
+SETTABLE = ("steps", "hidden", "embed", "encoder_layers", "dropout", "score", "batch_size",
+            "q_prior", "lr", "lr_schedule", "valid_every", "backend", "devices", "n_train",
+            "task_seed")
 #: what a job reports (columns of results.csv after method, seed, the swept settings, status)
 COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
 DATA_FILES = ("train.tsv", "valid.tsv", "test.tsv", "train.align", "valid.align", "test.align")

@@ -31,12 +31,13 @@ from ppl_attention.numpyro.inference.methods import enumerated_guide_loss
 from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
 
 
-def _setup(method="exact", hidden=8, n=11, seed=0):
+def _setup(method="exact", hidden=8, n=11, seed=0, encoder_layers=1):
     task = make_task("reorder", n_train=40, n_eval=6, seed=seed)
     sv = Vocab.build(s for s, _ in task.train.pairs)
     tv = Vocab.build(t for _, t in task.train.pairs)
     torch.manual_seed(seed)
-    tm = TorchModel(len(sv), len(tv), hidden=hidden, family=get_method(method).family(hidden))
+    tm = TorchModel(len(sv), len(tv), hidden=hidden, family=get_method(method).family(hidden),
+                    encoder_layers=encoder_layers)
     tm.eval()
     (batch,) = make_batches(task.train.pairs[:n], sv, tv, n)
     jm, params = JaxModel.from_torch(tm)
@@ -44,9 +45,10 @@ def _setup(method="exact", hidden=8, n=11, seed=0):
     return tm, jm, params, batch, to_jax(batch, n + 3, 4)
 
 
-@pytest.mark.parametrize("method", ["exact", "soft", "bam-weibull"])
-def test_same_weights_same_exact_likelihood_weights_and_map(method):
-    tm, jm, p, b, jb = _setup(method)
+@pytest.mark.parametrize("method,layers", [("exact", 1), ("soft", 1), ("bam-weibull", 1),
+                                           ("hmm-exact", 2)])
+def test_same_weights_same_exact_likelihood_weights_and_map(method, layers):
+    tm, jm, p, b, jb = _setup(method, encoder_layers=layers)
     B, S = b.src.shape
     T = b.tgt_out.shape[1]
     with torch.no_grad():

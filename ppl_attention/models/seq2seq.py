@@ -45,22 +45,27 @@ SITE = "align"
 class Seq2SeqAlignment(nn.Module):
     """Args: vocabulary sizes, ``hidden`` (h), ``embed`` (defaults to h), ``score`` (name in
     :data:`ppl_attention.scores.SCORES`), ``family`` (the alignment family the model samples),
-    ``q_prior`` (add the prior's logits to the inference network's; see the module docstring)."""
+    ``q_prior`` (add the prior's logits to the inference network's; see the module docstring),
+    ``encoder_layers`` (stacked BiLSTM layers of the source encoder, dropout between them)."""
 
     def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 256, embed: int | None = None,
                  score: str = "additive", family: Family | None = None, dropout: float = 0.0,
-                 q_prior: bool = True):
+                 q_prior: bool = True, encoder_layers: int = 1):
         super().__init__()
         if hidden % 2:
             raise ValueError(f"hidden must be even (a bidirectional encoder), got {hidden}")
         embed = embed or hidden
+        if encoder_layers < 1:
+            raise ValueError(f"encoder_layers must be at least 1, got {encoder_layers}")
         self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
-                           score=score, dropout=dropout, q_prior=q_prior)
+                           score=score, dropout=dropout, q_prior=q_prior,
+                           encoder_layers=encoder_layers)
         self.q_prior = q_prior
         self.family = family if family is not None else Categorical()
         self.src_emb = nn.Embedding(src_vocab, embed)
         self.tgt_emb = nn.Embedding(tgt_vocab, embed)
-        self.encoder = nn.LSTM(embed, hidden // 2, batch_first=True, bidirectional=True)
+        self.encoder = nn.LSTM(embed, hidden // 2, num_layers=encoder_layers, batch_first=True,
+                               bidirectional=True, dropout=dropout if encoder_layers > 1 else 0.0)
         self.decoder = nn.LSTMCell(embed + hidden, hidden)
         self.score = make_score(score, hidden, hidden)
         self.W_ch = nn.Linear(hidden, hidden)

@@ -104,20 +104,23 @@ def _run(params, prefix, suffix, xs, mask, cell: str = "lstm"):
 
 
 def bilstm(params: Params, prefix: str, xs: jnp.ndarray, mask: jnp.ndarray,
-           cell: str = "lstm") -> jnp.ndarray:
-    """A one-layer bidirectional torch ``nn.LSTM`` (``cell="gru"``: ``nn.GRU``) over packed
-    sequences: ``xs [B, L, d]``, ``mask [B, L]`` (a prefix of True per row) → ``[B, L, 2·h]``, 0
-    on padding. The backward direction starts at each row's last real token, as
-    ``pack_padded_sequence`` makes it."""
+           cell: str = "lstm", layers: int = 1) -> jnp.ndarray:
+    """A bidirectional torch ``nn.LSTM`` (``cell="gru"``: ``nn.GRU``) of ``layers`` stacked
+    layers (layer k reads layer k−1's ``[fwd; bwd]``; torch's inter-layer dropout is a training
+    device the mirror does not have) over packed sequences: ``xs [B, L, d]``, ``mask [B, L]`` (a
+    prefix of True per row) → ``[B, L, 2·h]``, 0 on padding. The backward direction starts at
+    each row's last real token, as ``pack_padded_sequence`` makes it."""
     lengths = mask.sum(-1)
     L = xs.shape[1]
     pos = jnp.arange(L)[None, :]
     rev = jnp.where(pos < lengths[:, None], lengths[:, None] - 1 - pos, pos)  # reverse in-length
-    fwd = _run(params, prefix + ".", "_l0", xs, mask, cell)
-    xs_rev = jnp.take_along_axis(xs, rev[..., None], axis=1)
-    bwd = _run(params, prefix + ".", "_l0_reverse", xs_rev, mask, cell)
-    bwd = jnp.take_along_axis(bwd, rev[..., None], axis=1)
-    return jnp.concatenate([fwd, bwd], -1)
+    for k in range(layers):
+        fwd = _run(params, prefix + ".", f"_l{k}", xs, mask, cell)
+        xs_rev = jnp.take_along_axis(xs, rev[..., None], axis=1)
+        bwd = _run(params, prefix + ".", f"_l{k}_reverse", xs_rev, mask, cell)
+        bwd = jnp.take_along_axis(bwd, rev[..., None], axis=1)
+        xs = jnp.concatenate([fwd, bwd], -1)
+    return xs
 
 
 def layer_norm(params: Params, name: str, x, eps: float = 1e-5):

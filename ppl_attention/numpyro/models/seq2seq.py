@@ -49,14 +49,17 @@ class Seq2SeqAlignment:
 
     def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 256, embed: int | None = None,
                  score: str = "additive", family: Family | None = None, dropout: float = 0.0,
-                 q_prior: bool = True):
+                 q_prior: bool = True, encoder_layers: int = 1):
         if hidden % 2:
             raise ValueError(f"hidden must be even (a bidirectional encoder), got {hidden}")
         if dropout:
             raise ValueError("the NumPyro Seq2SeqAlignment has no dropout; use dropout=0")
+        if encoder_layers < 1:
+            raise ValueError(f"encoder_layers must be at least 1, got {encoder_layers}")
         embed = embed or hidden
         self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
-                           score=score, dropout=dropout, q_prior=q_prior)
+                           score=score, dropout=dropout, q_prior=q_prior,
+                           encoder_layers=encoder_layers)
         self.family = family if family is not None else Categorical()
         self.hidden, self.embed, self.q_prior = hidden, embed, q_prior
         self.score = make_score(score, hidden, hidden)
@@ -75,11 +78,13 @@ class Seq2SeqAlignment:
 
     def init_params(self, key) -> Params:
         c, h, e = self.config, self.hidden, self.embed
-        ks = iter(jax.random.split(key, 16))
+        ks = iter(jax.random.split(key, 16 + c["encoder_layers"]))
         p = {"src_emb.weight": jax.random.normal(next(ks), (c["src_vocab"], e)),
              "tgt_emb.weight": jax.random.normal(next(ks), (c["tgt_vocab"], e)),
              "q_emb.weight": jax.random.normal(next(ks), (c["tgt_vocab"], e))}
-        p |= _init_lstm(next(ks), "encoder", e, h // 2, ("_l0", "_l0_reverse"))
+        for k in range(c["encoder_layers"]):
+            p |= _init_lstm(next(ks), "encoder", e if k == 0 else h, h // 2,
+                            (f"_l{k}", f"_l{k}_reverse"))
         p |= _init_lstm(next(ks), "q_encoder", e, h // 2, ("_l0", "_l0_reverse"))
         p |= _init_lstm(next(ks), "decoder", e + h, h, ("",))
         p |= {f"score.{k}": v for k, v in self.score.init(next(ks)).items()}
@@ -94,7 +99,8 @@ class Seq2SeqAlignment:
     # --- deterministic network ------------------------------------------------------------
     def encode(self, params: Params, src, src_mask):
         """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding)."""
-        return bilstm(params, "encoder", _embed(params, "src_emb", src), src_mask)
+        return bilstm(params, "encoder", _embed(params, "src_emb", src), src_mask,
+                      layers=self.config["encoder_layers"])
 
     def decode(self, params: Params, H, src_mask, tgt_in):
         """Decoder states ``[B, T, h]``, prior scores ``[B, T, S]``, soft contexts ``[B, T, h]``;
