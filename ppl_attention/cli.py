@@ -232,11 +232,12 @@ def _read_sources(path: Path, plain_words: bool) -> list[tuple[int, str, list[st
 
 
 def cmd_decode(args) -> int:
-    from .inference.decode import beam_search
+    from .inference.decode import beam_search, check_ensemble
 
     if args.beam < 1:
         raise ValueError(f"--beam must be at least 1, got {args.beam}")
-    run = Run.load(args.run)
+    runs = check_ensemble([Run.load(r) for r in args.run])
+    run = runs[0]
     plain = run.config.get("data", {}).get("task") == "g2p"
     failed = 0
     for n, line, tokens in _read_sources(Path(args.data), plain):
@@ -249,7 +250,7 @@ def cmd_decode(args) -> int:
         if unk:
             print(f"note: {args.data}:{n}: {unk} token(s) unseen in training decoded as <unk>",
                   file=sys.stderr)
-        hyp, _ = beam_search(run, tokens, beam=args.beam)
+        hyp, _ = beam_search(runs, tokens, beam=args.beam)
         sys.stdout.write(f"{line}\t{' '.join(hyp)}\n")
     return 1 if failed else 0
 
@@ -444,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_align)
 
     p = sub.add_parser("decode", help="greedy / beam-search hypotheses, source<TAB>hypothesis")
-    p.add_argument("run")
+    p.add_argument("run", nargs="+", help="a run directory, or several (same training data) "
+                   "decoding as an ensemble: the mean of their predictive distributions")
     p.add_argument("--data", required=True, help="one source a line (a plain word for g2p runs)")
     p.add_argument("--beam", type=int, default=1)
     p.set_defaults(fn=cmd_decode)

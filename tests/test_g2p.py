@@ -48,11 +48,11 @@ def test_edit_distance_and_wer_per_on_hand_cases():
         wer_per({"zz": ["Z"]}, refs)
 
 
-def _run(method="exact"):
-    pairs = [(list("cat"), ["K", "AE", "T"]), (list("dog"), ["D", "AO", "G"])]
+def _run(method="exact", seed=0, pairs=None):
+    pairs = pairs or [(list("cat"), ["K", "AE", "T"]), (list("dog"), ["D", "AO", "G"])]
     sv = Vocab.build(s for s, _ in pairs)
     tv = Vocab.build(t for _, t in pairs)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = Seq2SeqAlignment(len(sv), len(tv), hidden=8, family=get_method(method).family(8))
     model.eval()
     return Run(model, method, sv, tv, {"data": {"task": "g2p"}})
@@ -115,6 +115,61 @@ def test_decode_command_reports_bad_lines_and_goes_on(tmp_path, capsys):
     assert lines[2].startswith("do#g\t")
     assert "words.txt:2: empty line" in err and "words.txt:3: 1 token(s) unseen" in err
     assert main(["decode", str(tmp_path / "run"), "--data", str(words), "--beam", "0"]) == 2
+
+
+def test_ensemble_scores_with_the_mixture_of_its_members_predictives():
+    """The ensemble's score of its hypothesis is Σ_t log (1/M) Σ_m p_m(y_t | x, y<t), each
+    member's predictive computed independently by teacher forcing (the forward algorithm for
+    hmm-exact); a run twice is the run alone; member order does not matter."""
+    runs = [_run("exact", 1), _run("hmm-exact", 2), _run("soft", 3)]
+    pairs = [(list("cat"), ["K", "AE", "T"]), (list("dog"), ["D", "AO", "G"])]
+    data = collate(pairs, [0, 1], runs[0].src_vocab, runs[0].tgt_vocab)
+    for i, r in enumerate(runs):  # a little maximum likelihood, so that hypotheses end
+        opt = torch.optim.Adam(r.model.parameters(), lr=0.05)
+        for _ in range(10 + 5 * i):
+            opt.zero_grad()
+            ll = (r.model.soft_token_log_likelihood(data) if r.method == "soft"
+                  else r.model.exact_token_log_likelihood(data))
+            (-ll.sum()).backward()
+            opt.step()
+    for word, beam in (("cat", 1), ("dgo", 1), ("cat", 4), ("dgo", 4)):
+        # beam 4: the members' states and filters follow the hypotheses they extend
+        hyp, score = beam_search(runs, list(word), beam=beam)
+        assert 0 < len(hyp) < 2 * len(word) + 10  # ended by <eos>, which the score includes
+        b = collate([(list(word), hyp)], [0], runs[0].src_vocab, runs[0].tgt_vocab)
+        with torch.no_grad():
+            ll = torch.stack([r.model.exact_token_log_likelihood(b)[0] for r in runs[:2]]
+                             + [runs[2].model.soft_token_log_likelihood(b)[0]])
+        mixture = float((ll.logsumexp(0) - torch.log(torch.tensor(3.0))).sum())
+        assert score == pytest.approx(mixture, abs=1e-4)
+        assert beam_search(runs[::-1], list(word), beam=beam) == (hyp, pytest.approx(score))
+        assert beam_search(runs, list(word), beam=4)[1] >= score - 1e-6
+        alone = beam_search(runs[1], list(word), beam=3)
+        assert beam_search([runs[1], runs[1]], list(word), beam=3) == (
+            alone[0], pytest.approx(alone[1], abs=1e-5))
+    assert beam_search(runs[:2], list("cat"))[1] != pytest.approx(
+        beam_search(runs[0], list("cat"))[1], abs=1e-3)
+
+
+def test_ensemble_of_runs_with_other_vocabularies_is_refused(tmp_path, capsys):
+    a = _run("exact")
+    b = _run("exact", pairs=[(list("cab"), ["K", "AE", "B"])])
+    with pytest.raises(ValueError, match="same vocabularies: the src vocabulary"):
+        beam_search([a, b], list("cat"))
+    a.save(tmp_path / "a")
+    b.save(tmp_path / "b")
+    _run("exact", 5).save(tmp_path / "c")
+    words = tmp_path / "words.txt"
+    words.write_text("cat\ndog\n")
+    assert main(["decode", str(tmp_path / "a"), str(tmp_path / "b"), "--data", str(words)]) == 2
+    assert "same vocabularies" in capsys.readouterr().err
+    assert main(["decode", str(tmp_path / "a"), str(tmp_path / "c"), "--data", str(words),
+                 "--beam", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["cat", "dog"]
+    expect = [" ".join(beam_search([a, Run.load(tmp_path / "c")], list(w), beam=2)[0])
+              for w in ("cat", "dog")]
+    assert [line.split("\t")[1] for line in lines] == expect
 
 
 def test_monotonic_share():

@@ -8,7 +8,57 @@ import torch
 
 from ..data.batching import collate
 
-__all__ = ["beam_search", "decode_tokens"]
+__all__ = ["beam_search", "check_ensemble", "decode_tokens"]
+
+
+class _Stepper:
+    """One model's side of a search: its encoded source, decoder state and (Markov family) the
+    forward filter p(z_{t−1} | x, y<t), one row per live hypothesis."""
+
+    def __init__(self, run, source: list[str]):
+        self.model = run.model
+        self.model.eval()
+        b = collate([(source, [])], [0], run.src_vocab, run.tgt_vocab)
+        self.H, self.mask = self.model.encode(b.src, b.src_mask), b.src_mask
+        self.state = self.model.initial_state(self.H)
+        self.log_filter = self.joint = None
+
+    def log_probs(self, prev: torch.Tensor) -> torch.Tensor:
+        """log p(y_t = · | x, y<t) ``[k, V]`` for the k live hypotheses whose last tokens are
+        ``prev [k]``."""
+        m, k = self.model, prev.shape[0]
+        Hk, mk = self.H.expand(k, -1, -1), self.mask.expand(k, -1)
+        self.state, e = m.decoder_step(Hk, mk, m.tgt_emb(prev), self.state)
+        if m.markov:
+            logp, self.joint = m.markov_predictive(Hk, mk, self.state, e, self.log_filter)
+            return logp
+        return m.predictive_log_probs(Hk, mk, self.state, e)
+
+    def keep(self, rows: torch.Tensor, toks: torch.Tensor) -> None:
+        """Hypothesis ``rows[i]`` continued by ``toks[i]`` becomes live hypothesis i."""
+        self.state = tuple(x[rows] for x in self.state)
+        if self.joint is not None:
+            picked = self.joint[rows, :, toks]  # [k', S]
+            self.log_filter = picked - picked.logsumexp(-1, keepdim=True)
+
+
+def check_ensemble(runs) -> list:
+    """``runs`` (one Run or several) as a list, after checking that they can decode together:
+    Seq2SeqAlignment runs with the same source and target vocabularies."""
+    runs = list(runs) if isinstance(runs, (list, tuple)) else [runs]
+    if not runs:
+        raise ValueError("no run to decode with")
+    first = runs[0]
+    for r in runs:
+        if not hasattr(r.model, "decoder_step"):
+            raise ValueError(f"{r.method}: only seq2seq runs decode (this run's model is "
+                             f"{type(r.model).__name__})")
+        for side in ("src_vocab", "tgt_vocab"):
+            if getattr(r, side).itos != getattr(first, side).itos:
+                raise ValueError(f"runs in an ensemble need the same vocabularies: the "
+                                 f"{side.split('_')[0]} vocabulary of run {r.method!r} differs "
+                                 f"from the first run's (train them on the same data)")
+    return runs
 
 
 @torch.no_grad()
@@ -16,30 +66,25 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
                 ) -> tuple[list[str], float]:
     """The best target sequence for one source (a list of tokens) and its log-probability.
     ``beam=1`` is greedy decoding. Hypotheses end at ``<eos>``; the search stops when the best
-    finished hypothesis scores at least as well as every live one (scores only fall)."""
+    finished hypothesis scores at least as well as every live one (scores only fall).
+
+    ``run`` may be a list of runs (an ensemble, same vocabularies): each step then scores with
+    the mixture of their predictives, p(y_t | x, y<t) = (1/M) Σ_m p_m(y_t | x, y<t), every
+    model conditioned on the same prefix (its own decoder state and alignment filter)."""
     if beam < 1:
         raise ValueError(f"beam must be at least 1, got {beam}")
     if not source:
         raise ValueError("empty source sequence")
-    model, tv = run.model, run.tgt_vocab
-    model.eval()
-    b = collate([(source, [])], [0], run.src_vocab, tv)
+    runs = check_ensemble(run)
+    tv = runs[0].tgt_vocab
+    steppers = [_Stepper(r, source) for r in runs]
+    log_m = torch.log(torch.tensor(float(len(runs))))
     max_len = max_len or 2 * len(source) + 10
-    H = model.encode(b.src, b.src_mask)
-    state = model.initial_state(H)
     prev = torch.tensor([tv.bos])
     hyps: list[tuple[list[int], float]] = [([], 0.0)]
     finished: list[tuple[list[int], float]] = []
-    log_filter = joint = None  # the Markov family's p(z_{t-1} | x, y<t) per hypothesis
     for _ in range(max_len):
-        k = len(hyps)
-        Hk, mk = H.expand(k, -1, -1), b.src_mask.expand(k, -1)
-        state, e = model.decoder_step(Hk, mk, model.tgt_emb(prev), state)
-        if model.markov:
-            logp, joint = model.markov_predictive(Hk, mk, state, e, log_filter)
-            logp = logp.clone()
-        else:
-            logp = model.predictive_log_probs(Hk, mk, state, e)  # [k, V]
+        logp = torch.stack([s.log_probs(prev) for s in steppers]).logsumexp(0) - log_m  # [k, V]
         for special in (tv.pad, tv.bos):
             logp[:, special] = -torch.inf
         total = torch.tensor([s for _, s in hyps]).unsqueeze(1) + logp
@@ -57,12 +102,9 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
         if not new_hyps or best_done >= max(s for _, s in new_hyps):
             break
         hyps = new_hyps
-        index = torch.tensor(rows)
-        state = tuple(x[index] for x in state)
         prev = torch.tensor(toks)
-        if joint is not None:
-            picked = joint[index, :, prev]  # [k', S]
-            log_filter = picked - picked.logsumexp(-1, keepdim=True)
+        for s in steppers:
+            s.keep(torch.tensor(rows), prev)
     pool = finished or hyps
     ids, score = max(pool, key=lambda x: x[1])
     return [tv.itos[i] for i in ids], score
@@ -75,15 +117,19 @@ def decode_tokens(run, sources: list[list[str]], beam: int = 1) -> list[list[str
 def word_error_rates(run, references: dict[str, list[list[str]]], beam: int = 1,
                      progress: bool = False) -> dict:
     """Decode every word (its letters as the source) and score WER / PER against all its
-    reference pronunciations; with stress digits in the references, also stress-stripped."""
+    reference pronunciations; with stress digits in the references, also stress-stripped.
+    ``run``: a Run, or a list of runs decoding as an ensemble (see :func:`beam_search`)."""
     from tqdm.auto import tqdm
 
     from ..metrics import wer_per
 
+    run = check_ensemble(run)
     hyps = {w: beam_search(run, list(w), beam)[0]
             for w in tqdm(sorted(references), disable=not progress, desc="decode", leave=False)}
     wer, per = wer_per(hyps, references)
     out = {"wer": wer, "per": per, "beam": beam, "n_words": len(hyps)}
+    if len(run) > 1:
+        out["ensemble"] = len(run)
     if any(ch.isdigit() for refs in references.values() for r in refs for p in r for ch in p):
         def strip(seq):
             return [p.rstrip("012") for p in seq]
