@@ -69,6 +69,28 @@ def phonetisaurus_row(work: Path, order: int) -> dict:
     return r
 
 
+def ensemble_row(dirs: list[Path], out: Path, beam: int) -> dict:
+    """Test WER/PER of runs decoding as an ensemble; training time is the members' sum. Cached
+    in ``out`` like a run's scores."""
+    from ppl_attention.inference.decode import word_error_rates
+
+    name = "+".join(f"{d.parent.name}/{d.name}" for d in dirs)
+    scores = out / f"ensemble-{name.replace('/', '_')}-beam{beam}.json"
+    if scores.exists():
+        return json.loads(scores.read_text())
+    runs = [Run.load(d) for d in dirs]
+    t = time.perf_counter()
+    r = word_error_rates(runs, g2p_task().test.references, beam)
+    r.update(method=f"ensemble {name}", nll_per_token=None, monotonic_share=None,
+             decode_seconds=time.perf_counter() - t,
+             train_seconds=sum(run.extra.get("train_seconds") or 0.0 for run in runs))
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = scores.with_suffix(".tmp")
+    tmp.write_text(json.dumps(r, indent=1))
+    tmp.replace(scores)
+    return r
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="soft,exact,hmm-exact,vae-enum")
@@ -80,6 +102,9 @@ def main(argv=None):
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--dropout", type=float, default=0.3)
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    ap.add_argument("--ensemble", action="append", default=[], metavar="DIR,DIR[,...]",
+                    help="also a row for these finished run directories decoding together "
+                    "(the mean of their predictives); repeatable")
     ap.add_argument("--out", default="runs/g2p-bench")
     ap.add_argument("--phonetisaurus-order", type=int, default=8,
                     help="n-gram order of the Phonetisaurus peer (0: skip it)")
@@ -120,6 +145,8 @@ def main(argv=None):
         print(json.dumps({k: r.get(k) for k in ("method", "wer", "per", "nll_per_token",
                                                 "monotonic_share", "train_seconds",
                                                 "decode_seconds")}), flush=True)
+    for spec in args.ensemble:
+        rows.append(ensemble_row([Path(d) for d in spec.split(",")], out, args.beam))
     word = args.heatmap
     if word and word in test.references:
         from ppl_attention.analysis import plot_alignment_posteriors

@@ -194,6 +194,9 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    if args.ensemble and (bam_cli.is_bam_run(args.run) or Run.load(args.run).method == "seq-vae"):
+        raise ValueError("--ensemble decodes for WER/PER, which only G2P runs report "
+                         "(a run trained with --task g2p)")
     if bam_cli.is_bam_run(args.run):
         print_report(bam_cli.evaluate_run(args.run, samples=args.samples), args.json)
         return 0
@@ -204,10 +207,19 @@ def cmd_evaluate(args) -> int:
         return 0
     args.iwae_k = args.iwae_k or 10
     split = _eval_split(run, args)
+    ensemble = [Run.load(r) for r in args.ensemble]
+    if ensemble:
+        from .inference.decode import check_ensemble
+
+        if not getattr(split, "references", None):
+            raise ValueError("--ensemble decodes for WER/PER, which only G2P runs report "
+                             "(a run trained with --task g2p)")
+        check_ensemble([run, *ensemble])
     batches = make_batches(split.pairs, run.src_vocab, run.tgt_vocab, 64, gold=split.gold)
     report = evaluate(run, batches, gold=split.gold, log_likelihood=split.log_likelihood,
                       iwae_k=args.iwae_k, backend=args.backend,
-                      references=getattr(split, "references", None), beam=args.beam)
+                      references=getattr(split, "references", None), beam=args.beam,
+                      ensemble=ensemble)
     if report["n_unk"]:
         print(f"note: {report['n_unk']} token(s) unseen in training were mapped to <unk>",
               file=sys.stderr)
@@ -432,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iwae-k", type=int, help="importance samples (default 10; 100 for a "
                    "seq-vae run)")
     p.add_argument("--beam", type=int, default=1, help="beam for WER/PER (G2P runs)")
+    p.add_argument("--ensemble", nargs="+", metavar="RUN", default=[],
+                   help="G2P: more runs (same training data) decoding with RUN as an ensemble "
+                   "for WER/PER; the other numbers stay RUN's")
     p.add_argument("--samples", type=int, default=20,
                    help="posterior draws for ECE / PAvPU (bam-classifier and gat runs)")
     p.add_argument("--json", action="store_true")

@@ -170,6 +170,11 @@ def test_ensemble_of_runs_with_other_vocabularies_is_refused(tmp_path, capsys):
     expect = [" ".join(beam_search([a, Run.load(tmp_path / "c")], list(w), beam=2)[0])
               for w in ("cat", "dog")]
     assert [line.split("\t")[1] for line in lines] == expect
+    other = _run("exact")
+    other.config = {"data": {"task": "reorder"}}
+    other.save(tmp_path / "reorder")
+    assert main(["evaluate", str(tmp_path / "reorder"), "--ensemble", str(tmp_path / "a")]) == 2
+    assert "only G2P runs" in capsys.readouterr().err
 
 
 def test_monotonic_share():

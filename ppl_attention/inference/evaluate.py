@@ -139,7 +139,8 @@ BACKENDS = ("pyro", "numpyro")
 def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
              log_likelihood: list[float] | None = None, iwae_k: int = 10,
              with_elbo: bool = True, backend: str = "pyro",
-             references: dict | None = None, beam: int = 1) -> dict:
+             references: dict | None = None, beam: int = 1, ensemble: list | None = None
+             ) -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold), ``floor_nll_per_token`` (with the generator's
     log-likelihoods), ``n_pairs``, ``n_tokens``, ``n_unk``, ``method``, ``backend``.
@@ -147,7 +148,8 @@ def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
     ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model
     (:mod:`ppl_attention.numpyro.inference.evaluate`), whichever backend trained it.
     ``references`` (word → pronunciations, G2P) adds ``wer``/``per`` of beam-``beam`` decoding
-    (:func:`~ppl_attention.inference.decode.word_error_rates`)."""
+    (:func:`~ppl_attention.inference.decode.word_error_rates`); ``ensemble`` (more runs on the
+    same data) decodes with ``run`` and them together — the other numbers stay ``run``'s."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if backend == "numpyro":
@@ -182,7 +184,7 @@ def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
     if references:
         from .decode import word_error_rates
 
-        report.update(word_error_rates(run, references, beam))
+        report.update(word_error_rates([run, *(ensemble or [])], references, beam))
         links = ops.alignment_links(run, batches)
         report["monotonic_share"] = monotonic_share(links)
     return report
