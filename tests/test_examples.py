@@ -12,7 +12,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def _run(name: str) -> str:
     out = subprocess.run([sys.executable, name], cwd=EXAMPLES, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=900)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
