@@ -65,7 +65,7 @@ def phonetisaurus_row(work: Path, order: int) -> dict:
     r = {"method": f"Phonetisaurus {order}-gram", "wer": wer, "per": per, "nll_per_token": None,
          "monotonic_share": None, "train_seconds": train_s, "decode_seconds": decode_s,
          "n_words": len(words)}
-    scores.write_text(json.dumps(r, indent=1))
+    save_scores(scores, r)
     return r
 
 
@@ -85,10 +85,15 @@ def ensemble_row(dirs: list[Path], out: Path, beam: int) -> dict:
              decode_seconds=time.perf_counter() - t,
              train_seconds=sum(run.extra.get("train_seconds") or 0.0 for run in runs))
     out.mkdir(parents=True, exist_ok=True)
-    tmp = scores.with_suffix(".tmp")
-    tmp.write_text(json.dumps(r, indent=1))
-    tmp.replace(scores)
+    save_scores(scores, r)
     return r
+
+
+def save_scores(path: Path, report: dict) -> None:
+    """Write a row's scores whole or not at all (a temporary file renamed)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=1, default=str))
+    tmp.replace(path)
 
 
 def main(argv=None):
@@ -138,9 +143,7 @@ def main(argv=None):
             r["decode_seconds"] = time.perf_counter() - t
             r["train_seconds"] = run.extra.get("train_seconds")
             r["steps"], r["config"] = run.step, run.config
-            tmp = scores.with_suffix(".tmp")
-            tmp.write_text(json.dumps(r, indent=1, default=str))
-            tmp.replace(scores)
+            save_scores(scores, r)
         rows.append(r)
         print(json.dumps({k: r.get(k) for k in ("method", "wer", "per", "nll_per_token",
                                                 "monotonic_share", "train_seconds",

@@ -193,10 +193,13 @@ def cmd_train(args) -> int:
     return 0
 
 
+ENSEMBLE_NEEDS_G2P = ("--ensemble decodes for WER/PER, which only G2P runs report "
+                      "(a run trained with --task g2p)")
+
+
 def cmd_evaluate(args) -> int:
     if args.ensemble and (bam_cli.is_bam_run(args.run) or Run.load(args.run).method == "seq-vae"):
-        raise ValueError("--ensemble decodes for WER/PER, which only G2P runs report "
-                         "(a run trained with --task g2p)")
+        raise ValueError(ENSEMBLE_NEEDS_G2P)
     if bam_cli.is_bam_run(args.run):
         print_report(bam_cli.evaluate_run(args.run, samples=args.samples), args.json)
         return 0
@@ -212,8 +215,7 @@ def cmd_evaluate(args) -> int:
         from .inference.decode import check_ensemble
 
         if not getattr(split, "references", None):
-            raise ValueError("--ensemble decodes for WER/PER, which only G2P runs report "
-                             "(a run trained with --task g2p)")
+            raise ValueError(ENSEMBLE_NEEDS_G2P)
         check_ensemble([run, *ensemble])
     batches = make_batches(split.pairs, run.src_vocab, run.tgt_vocab, 64, gold=split.gold)
     report = evaluate(run, batches, gold=split.gold, log_likelihood=split.log_likelihood,
