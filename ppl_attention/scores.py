@@ -61,9 +61,17 @@ class AdditiveScore(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         _check_qk(queries, keys, self.query_dim, self.key_dim)
+        return self.from_projected(queries, self.project_keys(keys))
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """U k_s ``[..., S, h]``: the part of the score that depends on the keys alone, computed
+        once per source when a decoder scores one query a step."""
+        return self.U(keys)
+
+    def from_projected(self, queries: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """Scores ``[..., T, S]`` from queries and :meth:`project_keys`'s output."""
         wq = self.W(queries).unsqueeze(-2)  # [..., T, 1, h]
-        uk = self.U(keys).unsqueeze(-3)  # [..., 1, S, h]
-        return self.v(torch.tanh(wq + uk)).squeeze(-1)
+        return self.v(torch.tanh(wq + projected.unsqueeze(-3))).squeeze(-1)
 
 
 class BilinearScore(nn.Module):
@@ -79,7 +87,14 @@ class BilinearScore(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         _check_qk(queries, keys, self.query_dim, self.key_dim)
-        return queries @ self.W(keys).transpose(-1, -2)
+        return self.from_projected(queries, self.project_keys(keys))
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """W k_s ``[..., S, dq]``."""
+        return self.W(keys)
+
+    def from_projected(self, queries: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        return queries @ projected.transpose(-1, -2)
 
 
 class DotScore(nn.Module):
@@ -98,14 +113,20 @@ class DotScore(nn.Module):
                 f"dot score needs equal query and key sizes: queries {list(queries.shape)}, "
                 f"keys {list(keys.shape)}"
             )
-        return queries @ keys.transpose(-1, -2)
+        return self.from_projected(queries, keys)
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return keys
+
+    def from_projected(self, queries: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        return queries @ projected.transpose(-1, -2)
 
 
 class ScaledDotScore(DotScore):
     """Scaled dot-product score ``e_ts = q_tᵀ k_s / √d`` (Vaswani et al. 2017, eq. 1)."""
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return super().forward(queries, keys) / math.sqrt(queries.shape[-1])
+    def from_projected(self, queries: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        return super().from_projected(queries, projected) / math.sqrt(queries.shape[-1])
 
 
 class MultiHeadScore(nn.Module):
@@ -131,8 +152,15 @@ class MultiHeadScore(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         _check_qk(queries, keys, self.query_dim, self.key_dim)
-        q, k = self._split(self.Wq(queries)), self._split(self.Wk(keys))
-        return q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+        return self.from_projected(queries, self.project_keys(keys))
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """Per-head key projections ``[..., H, S, d_h]``."""
+        return self._split(self.Wk(keys))
+
+    def from_projected(self, queries: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        q = self._split(self.Wq(queries))
+        return q @ projected.transpose(-1, -2) / math.sqrt(self.head_dim)
 
 
 SCORES = {

@@ -20,6 +20,7 @@ class _Stepper:
         self.model.eval()
         b = collate([(source, [])], [0], run.src_vocab, run.tgt_vocab)
         self.H, self.mask = self.model.encode(b.src, b.src_mask), b.src_mask
+        self.keys = self.model.score.project_keys(self.H)
         self.state = self.model.initial_state(self.H)
         self.log_filter = self.joint = None
 
@@ -28,7 +29,8 @@ class _Stepper:
         ``prev [k]``."""
         m, k = self.model, prev.shape[0]
         Hk, mk = self.H.expand(k, -1, -1), self.mask.expand(k, -1)
-        self.state, e = m.decoder_step(Hk, mk, m.tgt_emb(prev), self.state)
+        keys = self.keys.expand(k, *self.keys.shape[1:])
+        self.state, e = m.decoder_step(Hk, mk, m.tgt_emb(prev), self.state, keys)
         if m.markov:
             logp, self.joint = m.markov_predictive(Hk, mk, self.state, e, self.log_filter)
             return logp

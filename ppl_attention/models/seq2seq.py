@@ -30,7 +30,6 @@ import pyro
 import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..attend import attend
@@ -97,9 +96,10 @@ class Seq2SeqAlignment(nn.Module):
         B, T = tgt_in.shape
         emb = self.dropout(self.tgt_emb(tgt_in))
         state = self.initial_state(H)
+        keys = self.score.project_keys(H)
         hs, es, cs = [], [], []
         for t in range(T):
-            state, e = self.decoder_step(H, src_mask, emb[:, t], state)
+            state, e = self.decoder_step(H, src_mask, emb[:, t], state, keys)
             hs.append(state[0])
             es.append(e)
             cs.append(state[2])
@@ -110,12 +110,15 @@ class Seq2SeqAlignment(nn.Module):
         z = H.new_zeros(H.shape[0], H.shape[-1])
         return z, z, z
 
-    def decoder_step(self, H, src_mask, emb_t, state):
+    def decoder_step(self, H, src_mask, emb_t, state, keys=None):
         """One input-fed decoder step: (h, c, c̄_{t−1}) and the embedding of y_{t−1} ``[B, e]``
-        → the new state and the prior scores e_t ``[B, S]``."""
+        → the new state and the prior scores e_t ``[B, S]``. ``keys``: the score's
+        ``project_keys(H)``, when the caller computed it once for all steps."""
         h, c, ctx = state
         h, c = self.decoder(torch.cat([emb_t, ctx], -1), (h, c))
-        e = self.score(h.unsqueeze(1), H).squeeze(1)
+        if keys is None:
+            keys = self.score.project_keys(H)
+        e = self.score.from_projected(h.unsqueeze(1), keys).squeeze(1)
         ctx = (self.family.deterministic_weights(e, src_mask).unsqueeze(1) @ H).squeeze(1)
         return (h, c, ctx), e
 
@@ -235,6 +238,10 @@ class Seq2SeqAlignment(nn.Module):
         algorithm. Padded targets keep their (normalized) site and a zero factor."""
         B, T = batch.tgt_out.shape
         infer = {"enumerate": "parallel"} if enumerate_z else {}
+        # log p(y_t | h_t, H_j) depends on z_t only through j: one [B, T, S] table for all sites
+        emis = self.emission_log_prob(h.unsqueeze(2), H.unsqueeze(1), batch.tgt_out.unsqueeze(-1))
+        emis = emis.masked_fill(~batch.tgt_mask.unsqueeze(-1), 0.0)
+        rows = torch.arange(B)
         prev = None
         with pyro.plate("batch", B, dim=-1):
             for t in pyro.markov(range(T)):
@@ -243,9 +250,7 @@ class Seq2SeqAlignment(nn.Module):
                 else:
                     logp = self.family.transition_log_probs(e[:, t], batch.src_mask, prev)
                 z = pyro.sample(f"{SITE}_{t}", dist.Categorical(logits=logp), infer=infer)
-                v = (F.one_hot(z, H.shape[1]).to(H.dtype).unsqueeze(-1) * H).sum(-2)
-                lp = self.emission_log_prob(h[:, t], v, batch.tgt_out[:, t])
-                pyro.factor(f"y_{t}", lp.masked_fill(~batch.tgt_mask[:, t], 0.0))
+                pyro.factor(f"y_{t}", emis[:, t][rows, z])  # [enum..., B]
                 prev = z
 
     def model(self, batch, *, enumerate_z: bool = False, kl_scale: float = 1.0):

@@ -46,9 +46,15 @@ class AdditiveScore:
 
     def __call__(self, params: Params, queries, keys):
         _check_qk(queries, keys, self.query_dim, self.key_dim)
+        return self.from_projected(params, queries, self.project_keys(params, keys))
+
+    def project_keys(self, params: Params, keys):
+        """U k_s ``[..., S, h]``: the keys-only part, computed once per source by a decoder."""
+        return linear(params, "U", keys)
+
+    def from_projected(self, params: Params, queries, projected):
         wq = linear(params, "W", queries)[..., :, None, :]
-        uk = linear(params, "U", keys)[..., None, :, :]
-        return linear(params, "v", jnp.tanh(wq + uk))[..., 0]
+        return linear(params, "v", jnp.tanh(wq + projected[..., None, :, :]))[..., 0]
 
 
 class BilinearScore:
@@ -62,7 +68,13 @@ class BilinearScore:
 
     def __call__(self, params: Params, queries, keys):
         _check_qk(queries, keys, self.query_dim, self.key_dim)
-        return queries @ jnp.swapaxes(linear(params, "W", keys), -1, -2)
+        return self.from_projected(params, queries, self.project_keys(params, keys))
+
+    def project_keys(self, params: Params, keys):
+        return linear(params, "W", keys)
+
+    def from_projected(self, params: Params, queries, projected):
+        return queries @ jnp.swapaxes(projected, -1, -2)
 
 
 class DotScore:
@@ -81,14 +93,20 @@ class DotScore:
         if queries.shape[-1] != keys.shape[-1]:
             raise ValueError(f"dot score needs equal query and key sizes: queries "
                              f"{list(queries.shape)}, keys {list(keys.shape)}")
-        return queries @ jnp.swapaxes(keys, -1, -2)
+        return self.from_projected(params, queries, keys)
+
+    def project_keys(self, params: Params, keys):
+        return keys
+
+    def from_projected(self, params: Params, queries, projected):
+        return queries @ jnp.swapaxes(projected, -1, -2)
 
 
 class ScaledDotScore(DotScore):
     """``e_ts = q_tᵀ k_s / √d`` (Vaswani et al. 2017, eq. 1)."""
 
-    def __call__(self, params: Params, queries, keys):
-        return super().__call__(params, queries, keys) / math.sqrt(queries.shape[-1])
+    def from_projected(self, params: Params, queries, projected):
+        return super().from_projected(params, queries, projected) / math.sqrt(queries.shape[-1])
 
 
 class MultiHeadScore:
@@ -112,9 +130,15 @@ class MultiHeadScore:
 
     def __call__(self, params: Params, queries, keys):
         _check_qk(queries, keys, self.query_dim, self.key_dim)
+        return self.from_projected(params, queries, self.project_keys(params, keys))
+
+    def project_keys(self, params: Params, keys):
+        """Per-head key projections ``[..., H, S, d_h]``."""
+        return self._split(linear(params, "Wk", keys))
+
+    def from_projected(self, params: Params, queries, projected):
         q = self._split(linear(params, "Wq", queries))
-        k = self._split(linear(params, "Wk", keys))
-        return q @ jnp.swapaxes(k, -1, -2) / math.sqrt(self.head_dim)
+        return q @ jnp.swapaxes(projected, -1, -2) / math.sqrt(self.head_dim)
 
 
 SCORES = {"additive": AdditiveScore, "bilinear": BilinearScore, "dot": DotScore,

@@ -109,11 +109,12 @@ class Seq2SeqAlignment:
         emb = _embed(params, "tgt_emb", tgt_in)
         score_p, fam = sub(params, "score"), sub(params, "family")
         zeros = jnp.zeros((B, self.hidden), H.dtype)
+        keys = self.score.project_keys(score_p, H)
 
         def step(carry, x):
             h, c, ctx = carry
             h, c = lstm_cell(params, "", jnp.concatenate([x, ctx], -1), (h, c), "decoder.")
-            e = self.score(score_p, h[:, None], H)[:, 0]
+            e = self.score.from_projected(score_p, h[:, None], keys)[:, 0]
             ctx = (self.family.deterministic_weights(e, src_mask, fam)[:, None] @ H)[:, 0]
             return (h, c, ctx), (h, e, ctx)
 
