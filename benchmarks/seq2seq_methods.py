@@ -1,5 +1,7 @@
 """ms/step of every method on Seq2SeqAlignment, and the ratio of Pyro's `exact` step
-(TraceEnum_ELBO) to a hand-written plain-torch log-softmax/logsumexp step of the same network.
+(TraceEnum_ELBO) to a hand-written plain-torch log-softmax/logsumexp step of the same network;
+`hmm-exact` (sequential enumerated sites under pyro.markov) also against the hand-written
+forward algorithm of its own family (`exact_token_log_likelihood` of the Markov model).
 
     python benchmarks/seq2seq_methods.py [--batch 64 --src 20 --tgt 20 --vocab 1000 --hidden 256]
 
@@ -57,19 +59,25 @@ def main(argv=None):
         return Seq2SeqAlignment(args.vocab, args.vocab, hidden=args.hidden,
                                 family=get_method(method).family(args.hidden))
 
-    reference = build("exact")
+    def hand_written(reference):
+        def step():
+            reference.zero_grad()
+            (-reference.exact_token_log_likelihood(batch).sum()).backward()
+        return step
 
-    def hand_written():
-        reference.zero_grad()
-        (-reference.exact_token_log_likelihood(batch).sum()).backward()
-
-    base = median_ms(hand_written, args.reps)
+    base = median_ms(hand_written(build("exact")), args.reps)
+    methods = args.methods.split(",")
+    forward = median_ms(hand_written(build("hmm-exact")), args.reps) \
+        if "hmm-exact" in methods else None
     print(f"batch {args.batch}, source {args.src}, target {args.tgt}, vocab {args.vocab}, "
           f"hidden {args.hidden}; torch {torch.__version__}, pyro {pyro.__version__}, "
           f"{torch.get_num_threads()} threads; medians of {args.reps}")
-    print(f"{'method':<18}{'ms/step':>10}{'× hand-written exact':>24}")
+    print(f"{'method':<18}{'ms/step':>10}{'× hand-written exact':>24}"
+          f"{'× hand-written forward':>26}")
     print(f"{'hand-written torch':<18}{base:>10.1f}{1.0:>24.2f}")
-    for name in args.methods.split(","):
+    if forward is not None:
+        print(f"{'hand-written fwd':<18}{forward:>10.1f}{forward / base:>24.2f}{1.0:>26.2f}")
+    for name in methods:
         m = get_method(name)
         model = build(name)
         elbo = m.elbo()
@@ -82,7 +90,8 @@ def main(argv=None):
             step[0] += 1
 
         ms = median_ms(one, args.reps)
-        print(f"{name:<18}{ms:>10.1f}{ms / base:>24.2f}")
+        own = f"{ms / forward:>26.2f}" if name == "hmm-exact" else ""
+        print(f"{name:<18}{ms:>10.1f}{ms / base:>24.2f}{own}")
 
 
 if __name__ == "__main__":

@@ -168,6 +168,10 @@ def cmd_train(args) -> int:
     distributed = Distributed.from_env()
     if distributed is not None and args.model != "seq2seq":
         raise ValueError(f"torchrun data parallelism trains --model seq2seq, not {args.model}")
+    if args.model != "seq2seq" and args.encoder_layers != 1:
+        raise ValueError(f"--encoder-layers stacks the BiLSTM encoder of --model seq2seq; "
+                         f"--model {args.model} does not use it (the sequence VAE's Transformer "
+                         f"takes --layers)")
     if args.model in bam_cli.MODELS:
         if args.noise is None:
             args.noise = 0.3 if args.task == "digits" else 1.0

@@ -74,6 +74,10 @@ def test_bad_inputs_give_one_clear_error(run_dir, tmp_path, capsys):
     assert main(["train", "--task", "reorder", "--method", "hardest", "--out",
                  str(tmp_path / "x"), *SMALL]) == 2
     assert "unknown method 'hardest'" in capsys.readouterr().err
+    assert main(["train", "--model", "seq-vae", "--task", "reorder", "--encoder-layers", "2",
+                 "--out", str(tmp_path / "v"), *SMALL]) == 2
+    assert "--model seq-vae does not use it" in capsys.readouterr().err
+    assert not (tmp_path / "v").exists()
 
 
 def _csv_numbers(path):
