@@ -161,15 +161,18 @@ class Seq2SeqAlignment(nn.Module):
         index = y.expand(logp.shape[:-1]).unsqueeze(-1)
         return logp.gather(-1, index).squeeze(-1)
 
+    def emission_table(self, h: torch.Tensor, H: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """log p(y_t | h_t, H_j) for every target step t and source position j: h ``[B, T, h]``,
+        H ``[B, S, h]``, y ``[B, T]`` → ``[B, T, S]``."""
+        return self.emission_log_prob(h.unsqueeze(2), H.unsqueeze(1), y.unsqueeze(-1))
+
     def prior_and_emissions(self, batch):
         """Log prior ``[B, T, S]`` and log p(y_t | h_t, H_j) for every j, ``[B, T, S]``."""
         H = self.encode(batch.src, batch.src_mask)
         h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
         mask = batch.src_mask.unsqueeze(1).expand(e.shape)
         log_prior = torch.where(mask, e, torch.full_like(e, -torch.inf)).log_softmax(-1)
-        emis = self.emission_log_prob(h.unsqueeze(2), H.unsqueeze(1),
-                                      batch.tgt_out.unsqueeze(-1))
-        return log_prior, emis
+        return log_prior, self.emission_table(h, H, batch.tgt_out)
 
     @property
     def markov(self) -> bool:
@@ -189,8 +192,7 @@ class Seq2SeqAlignment(nn.Module):
         H = self.encode(batch.src, batch.src_mask)
         h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
         if emis is None:
-            emis = self.emission_log_prob(h.unsqueeze(2), H.unsqueeze(1),
-                                          batch.tgt_out.unsqueeze(-1))
+            emis = self.emission_table(h, H, batch.tgt_out)
         emis = emis.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf)
         return self.family.forward_log_likelihood(e, batch.src_mask, emis, batch.tgt_mask)
 
@@ -238,9 +240,9 @@ class Seq2SeqAlignment(nn.Module):
         algorithm. Padded targets keep their (normalized) site and a zero factor."""
         B, T = batch.tgt_out.shape
         infer = {"enumerate": "parallel"} if enumerate_z else {}
-        # log p(y_t | h_t, H_j) depends on z_t only through j: one [B, T, S] table for all sites
-        emis = self.emission_log_prob(h.unsqueeze(2), H.unsqueeze(1), batch.tgt_out.unsqueeze(-1))
-        emis = emis.masked_fill(~batch.tgt_mask.unsqueeze(-1), 0.0)
+        # y_t's factor depends on z_t only through j: one table indexed by every site
+        emis = self.emission_table(h, H, batch.tgt_out).masked_fill(
+            ~batch.tgt_mask.unsqueeze(-1), 0.0)
         rows = torch.arange(B)
         prev = None
         with pyro.plate("batch", B, dim=-1):
