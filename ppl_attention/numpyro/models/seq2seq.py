@@ -133,13 +133,17 @@ class Seq2SeqAlignment:
         y = jnp.broadcast_to(y, logp.shape[:-1])
         return jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
 
+    def emission_table(self, params: Params, h, H, y):
+        """log p(y_t | h_t, H_j) for every t and j: h ``[B, T, h]``, H ``[B, S, h]``, y
+        ``[B, T]`` → ``[B, T, S]``."""
+        return self.emission_log_prob(params, h[:, :, None], H[:, None], y[..., None])
+
     def prior_and_emissions(self, params: Params, batch):
         """Log prior ``[B, T, S]`` and log p(y_t | h_t, H_j) for every j ``[B, T, S]``."""
         H = self.encode(params, batch.src, batch.src_mask)
         h, e, _ = self.decode(params, H, batch.src_mask, batch.tgt_in)
         log_prior = jax.nn.log_softmax(jnp.where(batch.src_mask[:, None], e, -jnp.inf), -1)
-        emis = self.emission_log_prob(params, h[:, :, None], H[:, None], batch.tgt_out[..., None])
-        return log_prior, emis
+        return log_prior, self.emission_table(params, h, H, batch.tgt_out)
 
     @property
     def markov(self) -> bool:
@@ -149,8 +153,7 @@ class Seq2SeqAlignment:
         H = self.encode(params, batch.src, batch.src_mask)
         h, e, _ = self.decode(params, H, batch.src_mask, batch.tgt_in)
         if emis is None:
-            emis = self.emission_log_prob(params, h[:, :, None], H[:, None],
-                                          batch.tgt_out[..., None])
+            emis = self.emission_table(params, h, H, batch.tgt_out)
         emis = jnp.where(batch.src_mask[:, None], emis, -jnp.inf)
         return self.family.forward_log_likelihood(e, batch.src_mask, emis, batch.tgt_mask,
                                                   sub(params, "family"))
