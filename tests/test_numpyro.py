@@ -255,3 +255,30 @@ def test_infer_discrete_map_agrees_between_backends():
     assert clear.sum() > 0.9 * b.tgt_mask.numpy().sum()
     assert np.array_equal(zj[clear], zt[clear])
     assert np.array_equal(zt[clear], post.argmax(-1)[clear])
+
+
+@pytest.mark.parametrize("name", ["additive", "bilinear", "dot", "scaled-dot", "multi-head"])
+def test_every_score_same_weights_same_values_and_projected_keys_agree(name):
+    """Each NumPyro score equals its torch twin on the same weights, and scoring one query at a
+    time from the keys projected once (how the decoders call it) equals scoring all at once."""
+    from ppl_attention.numpyro.scores import make_score as jax_score
+    from ppl_attention.scores import make_score as torch_score
+
+    torch.manual_seed(0)
+    ts = torch_score(name, 8, 8)
+    js = jax_score(name, 8, 8)
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in ts.state_dict().items()}
+    q, k = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    with torch.no_grad():
+        want = ts(q, k)
+        one_at_a_time = torch.cat([ts.from_projected(q[:, t:t + 1], ts.project_keys(k))
+                                   for t in range(3)], -2)
+    got = js(params, jnp.asarray(q.numpy()), jnp.asarray(k.numpy()))
+    np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(one_at_a_time, want)
+    keys = js.project_keys(params, jnp.asarray(k.numpy()))
+    np.testing.assert_allclose(np.asarray(js.from_projected(params, jnp.asarray(q.numpy()), keys)),
+                               want.numpy(), rtol=1e-5, atol=1e-5)
+    if name == "scaled-dot":  # scaled once, not twice
+        np.testing.assert_allclose(want.numpy(), (q @ k.transpose(-1, -2) / math.sqrt(8)).numpy(),
+                                   rtol=1e-6)
