@@ -1,13 +1,57 @@
-"""``attend``: the one primitive that writes an attention alignment as a named Pyro sample site."""
+"""``attend``: the one primitive that writes an attention alignment as a named Pyro sample site.
+
+Tools that need to see what a model attended to — MAP alignments of a sampled family, posterior
+draws of weights in ``analyze`` — run the model or guide under :func:`recording`, which collects
+an :class:`AttendRecord` per ``attend`` call; nothing is recorded otherwise.
+"""
 
 from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
 
 import pyro
 import torch
 
+from .errors import UserError
 from .families import Family, make_family
 
-__all__ = ["attend", "broadcast_source_mask"]
+__all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord"]
+
+
+@dataclass
+class AttendRecord:
+    """One ``attend`` call: the site ``name``, model or guide side, the ``scores`` and ``mask``
+    ``[..., T, S]``, the returned ``weights`` and the site ``value`` (None when deterministic),
+    and the ``family``."""
+
+    name: str
+    guide: bool
+    scores: torch.Tensor
+    mask: torch.Tensor
+    weights: torch.Tensor
+    value: torch.Tensor | None
+    family: Family
+
+
+_RECORDERS: list[list[AttendRecord]] = []
+
+
+@contextlib.contextmanager
+def recording():
+    """``with recording() as calls:`` — every ``attend`` inside appends its
+    :class:`AttendRecord` to ``calls``."""
+    calls: list[AttendRecord] = []
+    _RECORDERS.append(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDERS.pop()
+
+
+def _record(*args) -> None:
+    if _RECORDERS:
+        _RECORDERS[-1].append(AttendRecord(*args))
 
 
 def _shape(t) -> list[int]:
@@ -26,7 +70,7 @@ def broadcast_source_mask(mask, scores: torch.Tensor, arg: str = "mask") -> torc
     mask = torch.as_tensor(mask, device=scores.device)
     if mask.dtype != torch.bool:
         if not ((mask == 0) | (mask == 1)).all():
-            raise ValueError(f"{arg} must be boolean or 0/1, got values other than 0 and 1")
+            raise UserError(f"{arg} must be boolean or 0/1, got values other than 0 and 1")
         mask = mask.bool()
     given = _shape(mask)
     if mask.dim() == scores.dim() - 1:
@@ -34,14 +78,14 @@ def broadcast_source_mask(mask, scores: torch.Tensor, arg: str = "mask") -> torc
     try:
         mask = mask.expand(scores.shape)
     except RuntimeError:
-        raise ValueError(
+        raise UserError(
             f"{arg} of shape {given} does not broadcast to scores {_shape(scores)} "
             f"(expected [..., S] or [..., T, S] with S={scores.shape[-1]})"
         ) from None
     empty = ~mask.any(-1)
     if empty.any():
         first = [int(i) for i in empty.nonzero()[0]]
-        raise ValueError(
+        raise UserError(
             f"{arg} hides every source position for {int(empty.sum())} querie(s) "
             f"(first at index {first} of scores {_shape(scores)}); every query needs at least "
             f"one unmasked position"
@@ -51,23 +95,23 @@ def broadcast_source_mask(mask, scores: torch.Tensor, arg: str = "mask") -> torc
 
 def _check_inputs(scores, values) -> None:
     if not isinstance(scores, torch.Tensor) or not isinstance(values, torch.Tensor):
-        raise ValueError(
+        raise UserError(
             f"scores and values must be torch tensors, got {type(scores).__name__} and "
             f"{type(values).__name__}"
         )
     if scores.dim() < 2:
-        raise ValueError(f"scores must be [..., T, S], got shape {_shape(scores)}")
+        raise UserError(f"scores must be [..., T, S], got shape {_shape(scores)}")
     if values.dim() < 2:
-        raise ValueError(f"values must be [..., S, dv], got shape {_shape(values)}")
+        raise UserError(f"values must be [..., S, dv], got shape {_shape(values)}")
     if scores.shape[-1] != values.shape[-2]:
-        raise ValueError(
+        raise UserError(
             f"scores and values disagree on the source length S: scores {_shape(scores)} has "
             f"S={scores.shape[-1]}, values {_shape(values)} has S={values.shape[-2]}"
         )
     bad = ~torch.isfinite(scores)
     if bad.any():
         n_nan = int(torch.isnan(scores).sum())
-        raise ValueError(
+        raise UserError(
             f"scores must be finite: {n_nan} NaN and {int(bad.sum()) - n_nan} ±inf entries in "
             f"scores {_shape(scores)} (exclude positions with mask=, not with -inf)"
         )
@@ -117,13 +161,13 @@ def attend(
     """
     family = make_family(family)
     if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
+        raise UserError(f"name must be a non-empty string, got {name!r}")
     _check_inputs(scores, values)
     mask = broadcast_source_mask(mask, scores)
     if keys is None:
         keys = values
     elif keys.shape[-2] != scores.shape[-1]:
-        raise ValueError(
+        raise UserError(
             f"keys {_shape(keys)} and scores {_shape(scores)} disagree on the source length S"
         )
     if guide:
@@ -135,6 +179,7 @@ def attend(
         weights = family.deterministic_weights(scores, mask)
         if not guide:
             pyro.deterministic(name, weights, event_dim=1)
+        _record(name, guide, scores, mask, weights, None, family)
         return weights @ values, weights
 
     if target_mask is not None:
@@ -142,13 +187,14 @@ def attend(
         try:
             target_mask.expand(fn.batch_shape)
         except RuntimeError:
-            raise ValueError(
+            raise UserError(
                 f"target_mask of shape {_shape(target_mask)} does not broadcast to the site's "
                 f"batch shape {list(fn.batch_shape)} (scores {_shape(scores)} without S)"
             ) from None
         fn = fn.mask(target_mask)
     value = pyro.sample(name, fn, infer=dict(infer) if infer else {})
     weights = family.weights(value, scores, mask)
-    if getattr(family, "normalizes", False):  # BAM: attention = S / Σ S, 0 where masked
+    _record(name, guide, scores, mask, weights, value, family)
+    if family.normalizes:  # BAM: attention = S / Σ S, 0 where masked
         return weights @ values, weights
     return family.context(value, values), weights

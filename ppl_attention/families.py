@@ -1,5 +1,9 @@
 """Alignment families: what is random when a model attends, its prior, its posterior, and how a
-draw becomes a context vector (DESIGN.md §3; the "four questions" of seed 001).
+draw becomes a context vector — the four questions every family answers.
+
+What a family can do (``enumerable``, ``deterministic``, ``reparameterized``, ``normalizes``,
+``markov``) and its parameters are declared once, for both backends, in
+:mod:`ppl_attention.core.families`; each class here takes them from its ``spec``.
 
 Shapes throughout: ``scores [..., T, S]`` (logits of query t over source position s),
 ``values [..., S, dv]``, ``mask [..., T, S]`` bool (True = a real source position; already
@@ -26,6 +30,7 @@ them yourself (``pyro.module("prior", family)``), or their parameters will not t
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pyro.distributions as dist
@@ -34,7 +39,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
+from .core.families import FAMILY_SPECS, FamilySpec
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
+from .errors import UserError
 
 __all__ = [
     "Family",
@@ -49,6 +56,7 @@ __all__ = [
     "SegmentCRF",
     "FAMILIES",
     "make_family",
+    "copy_family",
     "masked_softmax",
 ]
 
@@ -60,19 +68,15 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     return torch.where(mask, scores, torch.full_like(scores, -torch.inf)).softmax(-1)
 
 
-def _positive(name: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 def _normalize(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     s = s * mask
     return s / s.sum(-1, keepdim=True).clamp(min=torch.finfo(s.dtype).tiny)
 
 
 class Family(nn.Module):
-    """Base contract. Subclasses set the class attributes and implement the four methods.
+    """Base contract. Subclasses declare their traits (a ``spec`` from
+    :data:`~ppl_attention.core.families.FAMILY_SPECS`, or the class attributes below) and
+    implement the four methods.
 
     ``prior(scores, mask, keys, values)`` → the distribution p(z | ·) sampled in a model (None:
     deterministic). ``posterior(scores, mask, values, scale)`` → q(z | ·) sampled in a guide, from
@@ -80,10 +84,27 @@ class Family(nn.Module):
     into the returned attention weights and the context vector ``[..., T, dv]``.
     """
 
+    spec: FamilySpec | None = None
     name: str = ""
     reparameterized: bool = False
     enumerable: bool = False
     deterministic: bool = False  # no latent variable: the weights are a function of the scores
+    normalizes: bool = False  # the value is unnormalized S ≥ 0; attention = S / Σ_unmasked S
+    markov: bool = False  # z_t depends on z_{t-1}: sequential sites, not one attend call
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("spec")
+        if spec is not None:
+            cls.name = spec.name
+            for trait, value in spec.traits.items():
+                setattr(cls, trait, value)
+
+    def _configure(self, **kwargs) -> dict:
+        """Check the parameters against the spec, store them as attributes; the full config."""
+        cfg = self.spec.validate(**kwargs) if self.spec is not None else dict(kwargs)
+        self._cfg = cfg
+        return cfg
 
     def deterministic_weights(self, scores, mask):
         """The weights when nothing is sampled (Soft, SegmentCRF), and the "soft" weights a
@@ -107,15 +128,15 @@ class Family(nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self._config().items())
 
     def _config(self) -> dict:
-        return {}
+        """The family's parameters (what rebuilds it: ``type(f)(**f._config())``)."""
+        return dict(getattr(self, "_cfg", {}))
 
 
 class Soft(Family):
     """Deterministic soft attention: w = softmax(scores), c = Σ_s w_s v_s. Recorded with
     ``pyro.deterministic`` in a model; no latent variable."""
 
-    name = "soft"
-    deterministic = True
+    spec = FAMILY_SPECS["soft"]
 
     def prior(self, scores, mask, keys, values):
         return None
@@ -132,8 +153,7 @@ class Categorical(Family):
     shape ``[S, ..., 1, dv]``. The returned weights are the index z itself.
     """
 
-    name = "categorical"
-    enumerable = True
+    spec = FAMILY_SPECS["categorical"]
 
     def prior(self, scores, mask, keys, values):
         return dist.Categorical(probs=masked_softmax(scores, mask))
@@ -150,15 +170,11 @@ class RelaxedCategorical(Family):
     """Concrete relaxation of the categorical alignment with temperature τ (Jang et al. 2017;
     Maddison et al. 2017). Prior Concrete(τ, scores), posterior Concrete(τ, guide scores)."""
 
-    name = "relaxed-categorical"
-    reparameterized = True
+    spec = FAMILY_SPECS["relaxed-categorical"]
 
     def __init__(self, temperature: float = 0.5):
         super().__init__()
-        self.temperature = _positive("temperature", temperature)
-
-    def _config(self):
-        return {"temperature": self.temperature}
+        self.temperature = self._configure(temperature=temperature)["temperature"]
 
     def prior(self, scores, mask, keys, values):
         return MaskedRelaxedCategorical(self.temperature, scores, mask)
@@ -175,16 +191,12 @@ class Dirichlet(Family):
     concentration freely, so it can express both where and how sure.
     """
 
-    name = "dirichlet"
-    reparameterized = True
+    spec = FAMILY_SPECS["dirichlet"]
 
     def __init__(self, concentration: float = 1.0, eps: float = 1e-3):
         super().__init__()
-        self.concentration = _positive("concentration", concentration)
-        self.eps = _positive("eps", eps)
-
-    def _config(self):
-        return {"concentration": self.concentration, "eps": self.eps}
+        cfg = self._configure(concentration=concentration, eps=eps)
+        self.concentration, self.eps = cfg["concentration"], cfg["eps"]
 
     def prior(self, scores, mask, keys, values):
         alpha = self.concentration * masked_softmax(scores, mask) + self.eps
@@ -202,17 +214,10 @@ class _BayesianAttention(Family):
     unmasked keys (f ≡ 0). ``key_dim`` may be left None; the MLP is then built on first use.
     """
 
-    reparameterized = True
-
-    def __init__(self, prior: str = "contextual", d_mid: int = 10, key_dim: int | None = None):
-        super().__init__()
-        if prior not in ("contextual", "constant"):
-            raise ValueError(f"prior must be 'contextual' or 'constant', got {prior!r}")
-        if not isinstance(d_mid, int) or d_mid < 1:
-            raise ValueError(f"d_mid must be a positive int, got {d_mid!r}")
-        self.prior_kind, self.d_mid = prior, d_mid
+    def _init_prior(self, cfg: dict, key_dim: int | None) -> None:
+        self.prior_kind, self.d_mid = cfg["prior"], cfg["d_mid"]
         self.prior_net: nn.Module | None = None
-        if prior == "contextual" and key_dim is not None:
+        if self.prior_kind == "contextual" and key_dim is not None:
             self._build_prior_net(key_dim)
 
     def _build_prior_net(self, key_dim: int) -> None:
@@ -230,8 +235,6 @@ class _BayesianAttention(Family):
             key_scores = self.prior_net(keys).squeeze(-1)
         return masked_softmax(key_scores.unsqueeze(-2), mask)
 
-    normalizes = True  # the context is (S / Σ_unmasked S) @ values, not S @ values
-
     def weights(self, value, scores, mask):
         return _normalize(value, mask)
 
@@ -245,16 +248,14 @@ class Weibull(_BayesianAttention):
     (:mod:`ppl_attention.kl`). In a model (no guide scores) the site is drawn from the prior.
     """
 
-    name = "weibull"
+    spec = FAMILY_SPECS["weibull"]
 
     def __init__(self, k: float = 10.0, beta: float = 1.0, prior: str = "contextual",
                  d_mid: int = 10, key_dim: int | None = None):
-        k, beta = _positive("k", k), _positive("beta", beta)
-        super().__init__(prior, d_mid, key_dim)
-        self.k, self.beta = k, beta
-
-    def _config(self):
-        return {"k": self.k, "beta": self.beta, "prior": self.prior_kind, "d_mid": self.d_mid}
+        super().__init__()
+        cfg = self._configure(k=k, beta=beta, prior=prior, d_mid=d_mid)
+        self.k, self.beta = cfg["k"], cfg["beta"]
+        self._init_prior(cfg, key_dim)
 
     def prior(self, scores, mask, keys, values):
         m = self.prior_mean(keys, mask).expand(scores.shape)
@@ -277,17 +278,14 @@ class LogNormal(_BayesianAttention):
     KL(LogNormal ‖ LogNormal) is analytic.
     """
 
-    name = "lognormal"
+    spec = FAMILY_SPECS["lognormal"]
 
     def __init__(self, sigma: float = 0.5, prior_sigma: float = 1.0, prior: str = "contextual",
                  d_mid: int = 10, key_dim: int | None = None):
-        sigma, prior_sigma = _positive("sigma", sigma), _positive("prior_sigma", prior_sigma)
-        super().__init__(prior, d_mid, key_dim)
-        self.sigma, self.prior_sigma = sigma, prior_sigma
-
-    def _config(self):
-        return {"sigma": self.sigma, "prior_sigma": self.prior_sigma, "prior": self.prior_kind,
-                "d_mid": self.d_mid}
+        super().__init__()
+        cfg = self._configure(sigma=sigma, prior_sigma=prior_sigma, prior=prior, d_mid=d_mid)
+        self.sigma, self.prior_sigma = cfg["sigma"], cfg["prior_sigma"]
+        self._init_prior(cfg, key_dim)
 
     @staticmethod
     def _lognormal(mean_weights, mask, sigma):
@@ -314,21 +312,15 @@ class GaussianContext(Family):
     the returned weights are the soft weights behind the mean.
     """
 
-    name = "gaussian-context"
-    reparameterized = True
+    spec = FAMILY_SPECS["gaussian-context"]
 
     def __init__(self, prior: str = "values-mean", prior_scale: float = 1.0,
                  posterior_scale: float = 0.1):
         super().__init__()
-        if prior not in ("zero", "values-mean", "soft"):
-            raise ValueError(f"prior must be 'zero', 'values-mean' or 'soft', got {prior!r}")
-        self.prior_kind = prior
-        self.prior_scale = _positive("prior_scale", prior_scale)
-        self.posterior_scale = _positive("posterior_scale", posterior_scale)
-
-    def _config(self):
-        return {"prior": self.prior_kind, "prior_scale": self.prior_scale,
-                "posterior_scale": self.posterior_scale}
+        cfg = self._configure(prior=prior, prior_scale=prior_scale,
+                              posterior_scale=posterior_scale)
+        self.prior_kind = cfg["prior"]
+        self.prior_scale, self.posterior_scale = cfg["prior_scale"], cfg["posterior_scale"]
 
     def prior(self, scores, mask, keys, values):
         shape = scores.shape[:-1] + values.shape[-1:]
@@ -368,21 +360,13 @@ class MarkovCategorical(Family):
     (``Seq2SeqAlignment.model``); it has no vectorized ``prior`` — every z_t needs z_{t−1}.
     """
 
-    name = "markov-categorical"
-    enumerable = True
-    markov = True
+    spec = FAMILY_SPECS["markov-categorical"]
 
     def __init__(self, max_jump: int = 3, max_back: int = 0):
         super().__init__()
-        if not isinstance(max_jump, int) or max_jump < 1:
-            raise ValueError(f"max_jump must be an int ≥ 1, got {max_jump!r}")
-        if not isinstance(max_back, int) or max_back < 0:
-            raise ValueError(f"max_back must be an int ≥ 0, got {max_back!r}")
-        self.max_jump, self.max_back = max_jump, max_back
-        self.jump_logits = nn.Parameter(torch.zeros(max_back + max_jump + 1))  # w_δ, δ ≥ −max_back
-
-    def _config(self):
-        return {"max_jump": self.max_jump, "max_back": self.max_back}
+        cfg = self._configure(max_jump=max_jump, max_back=max_back)
+        self.max_jump, self.max_back = cfg["max_jump"], cfg["max_back"]
+        self.jump_logits = nn.Parameter(torch.zeros(self.max_back + self.max_jump + 1))  # w_δ
 
     def transition_log_probs(self, scores_t, mask, prev):
         """log p(z_t = j | z_{t−1} = prev): ``scores_t [B, S]``, ``mask [B, S]`` bool, ``prev``
@@ -434,12 +418,37 @@ class MarkovCategorical(Family):
             filters.append(log_alpha)
         return torch.stack(out, 1), torch.stack(filters, 1)
 
+    def sample_posterior(self, scores, mask, emissions, target_mask, num_samples: int,
+                         generator=None) -> torch.Tensor:
+        """Exact draws z ~ p(z | x, y) by forward filtering, backward sampling: z_{T−1} from the
+        last filter, then z_t ∝ p(z_t | x, y≤t)·p(z_{t+1} | z_t), ``[K, B, T]`` (0 on padded
+        targets). Arguments as :meth:`forward_log_likelihood`."""
+        floor = -1e30
+        _, filters = self.forward_log_likelihood(scores, mask, emissions, target_mask)
+        B, T, S = filters.shape
+        K = num_samples
+        lengths = target_mask.sum(-1)
+        z = torch.zeros(K, B, T, dtype=torch.long, device=scores.device)
+        for t in range(T - 1, -1, -1):
+            logits = filters[:, t].clamp(min=floor).expand(K, B, S)
+            if t + 1 < T:
+                logT = self.transition_matrix(scores[:, t + 1], mask).clamp(min=floor)
+                nxt = z[:, :, t + 1]  # [K, B]
+                col = logT.unsqueeze(0).expand(K, B, S, S).gather(
+                    -1, nxt[:, :, None, None].expand(K, B, S, 1)).squeeze(-1)  # [K, B, i]
+                inner = (t + 1 < lengths)[None, :, None]
+                logits = torch.where(inner, logits + col, logits)
+            draw = torch.multinomial(logits.softmax(-1).reshape(-1, S), 1,
+                                     generator=generator).view(K, B)
+            z[:, :, t] = torch.where((t < lengths)[None], draw, torch.zeros_like(draw))
+        return z
+
     def prior(self, scores, mask, keys, values):
-        raise ValueError("MarkovCategorical has no vectorized prior: each z_t depends on "
+        raise UserError("MarkovCategorical has no vectorized prior: each z_t depends on "
                          "z_{t-1}; draw it with transition_log_probs in a pyro.markov loop")
 
     def posterior(self, scores, mask, values, scale=None):
-        raise ValueError("MarkovCategorical is marginalized exactly; it has no guide family")
+        raise UserError("MarkovCategorical is marginalized exactly; it has no guide family")
 
     def context(self, value, values):
         one_hot = F.one_hot(value, values.shape[-2]).to(values.dtype)
@@ -460,8 +469,7 @@ class SegmentCRF(Family):
     are removed from the chain (their neighbours become adjacent) and get weight exactly 0.
     """
 
-    name = "segment-crf"
-    deterministic = True
+    spec = FAMILY_SPECS["segment-crf"]
 
     def __init__(self):
         super().__init__()
@@ -527,17 +535,36 @@ FAMILIES: dict[str, type[Family]] = {
 }
 
 
-def make_family(family) -> Family:
-    """A :class:`Family` from an instance, a class or a registry name (``"categorical"``...)."""
+def make_family(family=None, *, key_dim: int | None = None, **options) -> Family:
+    """A :class:`Family` from an instance (returned as is), a class or a registry name
+    (``"categorical"`` …) with ``options`` (its parameters); None gives Soft. ``key_dim``: the key
+    size a BAM family's contextual prior network needs (ignored by families without one; an
+    instance whose network is not built yet gets it built now, so that a model calling
+    ``make_family(family, key_dim=…)`` in its constructor owns the network's parameters)."""
     if isinstance(family, Family):
+        if options:
+            raise UserError(f"family options {sorted(options)} given with a family instance; "
+                            f"pass the family's name or class instead")
+        if key_dim is not None and getattr(family, "prior_kind", None) == "contextual" \
+                and getattr(family, "prior_net", 1) is None:
+            family._build_prior_net(key_dim)  # the model knows the key size: build it now
         return family
     if family is None:
-        return Soft()
-    if isinstance(family, type) and issubclass(family, Family):
-        return family()
-    if isinstance(family, str) and family in FAMILIES:
-        return FAMILIES[family]()
-    raise ValueError(
-        f"unknown family {family!r}; valid: a ppl_attention Family instance or one of "
-        f"{', '.join(FAMILIES)}"
-    )
+        family = "soft"
+    if isinstance(family, str):
+        if family not in FAMILIES:
+            raise UserError(f"unknown family {family!r}; valid: a ppl_attention Family instance "
+                            f"or one of {', '.join(FAMILIES)}")
+        family = FAMILIES[family]
+    if not (isinstance(family, type) and issubclass(family, Family)):
+        raise UserError(f"unknown family {family!r}; valid: a ppl_attention Family instance or "
+                        f"one of {', '.join(FAMILIES)}")
+    if key_dim is not None and "key_dim" in inspect.signature(family).parameters:
+        options["key_dim"] = key_dim
+    return family(**options)
+
+
+def copy_family(family: Family, key_dim: int | None = None) -> Family:
+    """A new family of the same class and parameters (own parameters, untrained), e.g. one per
+    layer of a network; ``key_dim`` for a BAM family's prior network."""
+    return make_family(type(family), key_dim=key_dim, **family._config())

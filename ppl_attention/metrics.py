@@ -1,6 +1,25 @@
-"""Pure metrics on plain Python data (no torch, no Pyro)."""
+"""Pure metrics on plain data (no torch, no Pyro): AER, WER/PER, and the uncertainty metrics of
+stochastic-attention classifiers.
+
+Uncertainty (Fan et al. 2020, §5):
+
+- ``ece``: expected calibration error, Σ_m |B_m|/n · |acc(B_m) − conf(B_m)| over ``bins``
+  equal-width confidence bins of the predictive distribution's top probability (Guo et al. 2017);
+- ``pavpu``: patch accuracy vs patch uncertainty (Mukhoti & Gal 2018) as BAM computes it: an
+  example is *certain* when a two-sample t-test between the Monte Carlo draws of its top-two
+  classes' probabilities rejects equality at level ``threshold`` (p < threshold), and
+
+      PAvPU = (n_accurate-certain + n_inaccurate-uncertain) / n.
+
+Shapes: ``probs`` ``[S, N, C]`` — S posterior draws of the class probabilities of N examples
+(S = 1 gives no test: every example counts as certain); ``labels`` ``[N]``.
+"""
 
 from __future__ import annotations
+
+import warnings
+
+import numpy as np
 
 Links = set[tuple[int, int]]
 
@@ -54,3 +73,59 @@ def wer_per(hypotheses: dict[str, list[str]], references: dict[str, list[list[st
         edits += d
         length += n
     return wrong / len(hypotheses), edits / max(1, length)
+
+PAVPU_THRESHOLDS = (0.01, 0.05, 0.1)
+
+
+def _check(probs, labels):
+    probs, labels = np.asarray(probs, float), np.asarray(labels)
+    if probs.ndim != 3:
+        raise ValueError(f"probs must be [draws, examples, classes], got shape {probs.shape}")
+    if labels.shape != probs.shape[1:2]:
+        raise ValueError(f"labels {labels.shape} do not match {probs.shape[1]} examples")
+    if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[2]):
+        raise ValueError(f"labels must lie in [0, {probs.shape[2]}), got {labels.min()}.."
+                         f"{labels.max()}")
+    return probs, labels
+
+
+def expected_calibration_error(probs, labels, bins: int = 15) -> float:
+    """ECE of the predictive mean over draws (``probs [S, N, C]`` or ``[N, C]``)."""
+    probs = np.asarray(probs, float)
+    if probs.ndim == 2:
+        probs = probs[None]
+    probs, labels = _check(probs, labels)
+    mean = probs.mean(0)
+    conf, pred = mean.max(-1), mean.argmax(-1)
+    correct = pred == labels
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    ece = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = (conf > lo) & (conf <= hi) if lo > 0 else (conf >= lo) & (conf <= hi)
+        if inside.any():
+            ece += inside.mean() * abs(correct[inside].mean() - conf[inside].mean())
+    return float(ece)
+
+
+def pavpu(probs, labels, threshold: float = 0.05) -> float:
+    """PAvPU at t-test level ``threshold`` (module docstring)."""
+    from scipy.stats import ttest_ind
+
+    probs, labels = _check(probs, labels)
+    mean = probs.mean(0)
+    pred = mean.argmax(-1)
+    accurate = pred == labels
+    if probs.shape[0] < 2:
+        certain = np.ones_like(accurate)
+    else:
+        top2 = np.argsort(mean, -1)[:, -2:]  # [N, 2], second best then best
+        n = np.arange(probs.shape[1])
+        a, b = probs[:, n, top2[:, 1]], probs[:, n, top2[:, 0]]  # [S, N]
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # identical draws: handled below
+            p = ttest_ind(a, b, axis=0).pvalue
+        # identical draws (zero variance): equal means are not rejected unless they differ
+        p = np.where(np.isnan(p), np.where(a.mean(0) != b.mean(0), 0.0, 1.0), p)
+        certain = p < threshold
+    good = (accurate & certain) | (~accurate & ~certain)
+    return float(good.mean())

@@ -13,7 +13,6 @@ and sent with the jobs.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import os
@@ -29,12 +28,12 @@ from pathlib import Path
 import torch
 
 from .data.corpus import atomic_write_text, write_directory_atomically
-from .inference.run import COMPLETE, PARTIAL
+from .errors import UserError
+from .inference.run import COMPLETE, PARTIAL, load_checkpoint
 
-#: options a ``--set key=v1,v2`` may sweep (the training options of ``train`` / ``compare``)
-SETTABLE = ("steps", "hidden", "embed", "encoder_layers", "dropout", "score", "batch_size",
-            "q_prior", "lr", "lr_schedule", "valid_every", "backend", "devices", "n_train",
-            "task_seed")
+#: options a ``--set key=v1,v2`` may sweep besides the training, model and data options
+SETTABLE_OTHER = ("backend", "devices", "task_seed")
+PREFIXES = ("train__", "model__", "data__")
 #: what a job reports (columns of results.csv after method, seed, the swept settings, status)
 COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
 DATA_FILES = ("train.tsv", "valid.tsv", "test.tsv", "train.align", "valid.align", "test.align")
@@ -60,26 +59,39 @@ class Job:
         return "-".join(parts).replace(os.sep, "_").replace(" ", "_")
 
 
+def settable(parser) -> dict:
+    """Key → argparse action of every option a ``--set`` may sweep: the training options, the
+    model's options, the data options, backend, devices and task_seed."""
+    out = {}
+    for a in parser._actions:
+        for pre in PREFIXES:
+            if a.dest.startswith(pre):
+                out[a.dest[len(pre):]] = a
+        if a.dest in SETTABLE_OTHER:
+            out[a.dest] = a
+    return out
+
+
 def parse_settings(specs: list[str], parser) -> list[tuple[str, list]]:
     """``["hidden=32,64", "lr=1e-2"]`` → ``[("hidden", [32, 64]), ("lr", [0.01])]``, each value
     converted and checked as the option ``--hidden`` / ``--lr`` of ``parser`` would."""
-    actions = {a.dest: a for a in parser._actions}
+    actions = settable(parser)
     out, seen = [], set()
     for spec in specs:
         key, eq, values = spec.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
         if not eq or not key:
-            raise ValueError(f"--set {spec!r}: expected KEY=V1,V2,… (e.g. --set hidden=32,64)")
-        if key not in SETTABLE or key not in actions:
-            raise ValueError(f"--set {spec!r}: {key!r} cannot be swept; valid keys: "
-                             f"{', '.join(k for k in SETTABLE if k in actions)}")
+            raise UserError(f"--set {spec!r}: expected KEY=V1,V2,… (e.g. --set hidden=32,64)")
+        if key not in actions:
+            raise UserError(f"--set {spec!r}: {key!r} cannot be swept; valid keys: "
+                            f"{', '.join(sorted(actions))}")
         if key in seen:
-            raise ValueError(f"--set {key} is given twice; list its values once: "
-                             f"--set {key}=V1,V2")
+            raise UserError(f"--set {key} is given twice; list its values once: "
+                            f"--set {key}=V1,V2")
         seen.add(key)
         raw = [v.strip() for v in values.split(",")]
         if not all(raw):
-            raise ValueError(f"--set {spec!r}: an empty value")
+            raise UserError(f"--set {spec!r}: an empty value")
         out.append((key, [_convert(actions[key], key, v) for v in raw]))
     return out
 
@@ -88,15 +100,15 @@ def _convert(action, key: str, value: str):
     if action.type is None and action.nargs == 0:  # a --flag / --no-flag option
         lowered = value.lower()
         if lowered not in ("true", "false", "yes", "no", "1", "0"):
-            raise ValueError(f"--set {key}={value}: expected true or false")
+            raise UserError(f"--set {key}={value}: expected true or false")
         return lowered in ("true", "yes", "1")
     try:
         v = action.type(value) if action.type else value
     except (TypeError, ValueError):
         kind = getattr(action.type, "__name__", "value")
-        raise ValueError(f"--set {key}={value}: not a valid {kind}") from None
+        raise UserError(f"--set {key}={value}: not a valid {kind}") from None
     if action.choices is not None and v not in action.choices:
-        raise ValueError(f"--set {key}={value}: valid values: "
+        raise UserError(f"--set {key}={value}: valid values: "
                          f"{', '.join(map(str, action.choices))}")
     return v
 
@@ -110,11 +122,8 @@ def expand(methods: list[str], seeds: int, settings: list[tuple[str, list]]) -> 
 
 
 def job_args(args, job: Job):
-    """The command's options with the job's settings in place."""
-    a = copy.copy(args)
-    for k, v in job.settings:
-        setattr(a, k, v)
-    return a
+    """The experiment with the job's settings in place."""
+    return args.with_settings(job.settings)
 
 
 def check_run_dir(path: Path) -> None:
@@ -130,7 +139,7 @@ def completed(path: Path) -> dict | None:
     if not (path / COMPLETE).exists():
         return None
     try:
-        extra = torch.load(path / "checkpoint.pt", weights_only=False).get("extra") or {}
+        extra = load_checkpoint(path / "checkpoint.pt").get("extra") or {}
         history = json.loads((path / "metrics.json").read_text())["history"]
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
@@ -218,7 +227,7 @@ def check_ray_address(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as e:
-        raise ValueError(f"--ray {address}: no Ray cluster there ({e.strerror or e}); start one "
+        raise UserError(f"--ray {address}: no Ray cluster there ({e.strerror or e}); start one "
                          f"with `ray start --head` and give its address, or use --ray local") \
             from None
 
@@ -229,9 +238,9 @@ def check_ray(address: str) -> None:
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise ValueError("--ray needs Ray: pip install -e '.[ray]'") from None
+        raise UserError("--ray needs Ray: pip install -e '.[ray]'") from None
     if not address.strip():
-        raise ValueError("--ray: give a cluster address (HOST:PORT, ray://HOST:PORT, auto) or "
+        raise UserError("--ray: give a cluster address (HOST:PORT, ray://HOST:PORT, auto) or "
                          "local")
     if address != "local":
         check_ray_address(address)
@@ -256,7 +265,7 @@ def start_ray(address: str, quiet: bool = True):
             ray.init(address=address, runtime_env={
                 "py_modules": [str(Path(ppl_attention.__file__).parent)]}, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        raise ValueError(f"--ray {address}: could not join a Ray cluster: "
+        raise UserError(f"--ray {address}: could not join a Ray cluster: "
                          f"{str(e).strip().splitlines()[0]}") from None
     return ray
 
@@ -427,13 +436,13 @@ def check_sweep_dir(out: Path, fixed: dict) -> None:
         try:
             old = json.loads(path.read_text())
         except ValueError:
-            raise ValueError(f"{path}: not valid JSON; move it away or use another --out") \
+            raise UserError(f"{path}: not valid JSON; move it away or use another --out") \
                 from None
         diff = [k for k in fixed if k in old and old[k] != fixed[k]]
         if diff:
             was = ", ".join(f"{k}={old[k]!r}" for k in diff)
             now = ", ".join(f"{k}={fixed[k]!r}" for k in diff)
-            raise ValueError(f"{out} holds a sweep made with {was}; this one asks {now} — use "
+            raise UserError(f"{out} holds a sweep made with {was}; this one asks {now} — use "
                              f"another --out, or the same options to resume it")
         fixed = {**old, **fixed}
     atomic_write_text(path, json.dumps(fixed, indent=1, sort_keys=True) + "\n")

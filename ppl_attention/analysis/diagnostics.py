@@ -4,8 +4,8 @@ For each pair, K alignments z_k ~ q and their log importance weights
 log w_k = log p(y, z_k | x) − log q(z_k | x, y) (:func:`~ppl_attention.inference.evaluate.
 log_importance_weights`). Reported, per token or as shares of pairs:
 
-- ``kl_exact_q``: mean over tokens of KL(p(z_t | x, y) ‖ q(z_t | x, y)) — categorical models
-  with a guide (the exact posterior is enumerable); None otherwise;
+- ``kl_exact_q``: mean over tokens of KL(p(z_t | x, y) ‖ q(z_t | x, y)) — models with an exact
+  posterior and an enumerable guide; None otherwise;
 - ``expected_aer``: the AER of q's draws against gold, averaged over draws (a draw of a
   continuous family aligns each target token to its largest weight);
 - ``khat_share``: share of pairs whose PSIS k̂ (``az.psislw`` on the K weights) exceeds 0.7 —
@@ -29,10 +29,15 @@ import numpy as np
 import pyro
 import torch
 from pyro import poutine
+from tqdm.auto import tqdm
 
+from ..attend import recording
 from ..data.batching import make_batches
-from ..inference.evaluate import _guide_kwargs, log_importance_weights
+from ..errors import UserError
+from ..inference.evaluate import guide_posterior, log_importance_weights
 from ..metrics import aer
+from ..models.base import capabilities, declared, exact_posterior, exact_token_log_likelihood
+from ..models.base import require
 
 __all__ = ["guide_diagnostics", "KHAT_THRESHOLD", "MIN_DISTINCT"]
 
@@ -41,26 +46,31 @@ MIN_DISTINCT = 20
 
 
 @torch.no_grad()
-def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0) -> dict:
+def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
+                      progress: bool = True) -> dict:
     """Diagnostics of ``run``'s guide on ``pairs`` with ``gold`` alignments (lists of
     (source, target) link sets); see the module docstring."""
     import arviz as az
 
     if not isinstance(num_samples, int) or num_samples < 2:
-        raise ValueError(f"num_samples must be an int ≥ 2, got {num_samples!r}")
+        raise UserError(f"num_samples must be an int ≥ 2, got {num_samples!r}")
     pairs = getattr(pairs, "pairs", pairs)
     model = run.model
+    require(model, "alignment", tool="guide diagnostics")
     model.eval()
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
-    kind = model.family.name
-    if kind == "soft":
-        raise ValueError("soft attention has no latent alignment to diagnose")
+    if model.family.deterministic:
+        raise UserError(f"{run.method}: a deterministic family ({model.family.name}) has no "
+                        f"latent alignment to diagnose")
+    caps = capabilities(model)
+    exact = "exact-posterior" in caps and "exact-likelihood" in caps
+    site = declared(model, "site")
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
     kl_sum, n_tok, log_lik, elbo, iwae = 0.0, 0, 0.0, 0.0, 0.0
     khat, ess, draw_links = [], [], {k: {} for k in range(num_samples)}
-    gk = _guide_kwargs(run)
-    for b in batches:
+    post = guide_posterior(run)
+    for b in tqdm(batches, desc="diagnose", unit="batch", leave=False, disable=not progress):
         lw = log_importance_weights(run, b, num_samples)  # [K, B]
         n_tok += b.n_tokens
         elbo += float(lw.mean(0).sum())
@@ -72,26 +82,28 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0) -
             _, k = az.psislw(lw64[distinct >= MIN_DISTINCT])
             khat.extend(np.atleast_1d(k).tolist())
         ess.extend((1.0 / (torch.softmax(lw.double(), 0) ** 2).sum(0) / num_samples).tolist())
-        H = model.encode(b.src, b.src_mask)
-        smask = b.src_mask[:, None].expand(b.tgt_out.shape + b.src.shape[1:])
-        if kind == "categorical":
-            log_lik += float(model.exact_token_log_likelihood(b).sum())
-            scores = (model.inference_scores(b, H) if gk["posterior"] == "inference"
-                      else model.decode(H, b.src_mask, b.tgt_in)[1])
-            log_q = torch.where(smask, scores, -torch.inf).log_softmax(-1)
-            exact = model.exact_posterior(b)
-            terms = torch.where(exact > 0, exact * (exact.clamp_min(1e-30).log() - log_q),
-                                torch.zeros_like(exact))
+        if exact:
+            log_lik += float(exact_token_log_likelihood(model, b).sum())
+            guide = poutine.trace(model.guide).get_trace(b, posterior=post)
+            fn = guide.nodes[site]["fn"]
+            support = fn.enumerate_support(expand=False)
+            S = support.shape[0]
+            log_q = fn.log_prob(support).reshape(S, *b.tgt_out.shape).permute(1, 2, 0)
+            p_exact = exact_posterior(model, b)
+            terms = torch.where(p_exact > 0,
+                                p_exact * (p_exact.clamp_min(1e-30).log() - log_q),
+                                torch.zeros_like(p_exact))
             kl_sum += float(terms.sum(-1).masked_fill(~b.tgt_mask, 0).sum())
-            q = log_q.exp().reshape(-1, log_q.shape[-1])
+            q = log_q.exp().reshape(-1, S)
             draws = torch.multinomial(q, num_samples, replacement=True).T.reshape(
-                num_samples, *log_q.shape[:-1])
+                num_samples, *b.tgt_out.shape)
         else:
             log_lik += float(iw.sum())
             ws = []
             for _ in range(num_samples):
-                value = poutine.trace(model.guide).get_trace(b, **gk).nodes["align"]["value"]
-                ws.append(model.family.weights(value, None, smask).argmax(-1))
+                with recording() as calls, poutine.block():
+                    model.guide(b, posterior=post)
+                ws.append(next(c for c in calls if c.name == site).weights.argmax(-1))
             draws = torch.stack(ws)
         lengths = (b.tgt_mask.sum(-1) - 1).tolist()
         for r, idx in enumerate(b.index.tolist()):
@@ -103,14 +115,14 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0) -
     khat = np.asarray(khat)
     return {
         "method": run.method,
-        "kl_exact_q": kl_sum / n_tok if kind == "categorical" else None,
+        "kl_exact_q": kl_sum / n_tok if exact else None,
         "expected_aer": expected_aer,
         "khat_share": float(np.mean(khat > KHAT_THRESHOLD)) if len(khat) else None,
         "khat_median": float(np.median(khat)) if len(khat) else None,
         "khat_pairs": int(len(khat)),
         "rel_ess": float(np.mean(ess)),
         "log_lik": log_lik / n_tok,
-        "log_lik_exact": kind == "categorical",
+        "log_lik_exact": exact,
         "elbo": elbo / n_tok,
         "iwae": iwae / n_tok,
         "iwae_gap": (log_lik - iwae) / n_tok,

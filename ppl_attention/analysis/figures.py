@@ -89,16 +89,19 @@ def plot_entropy(idata, path) -> None:
 
 def plot_alignment_posteriors(runs, source: list[str], target: list[str], path,
                               title: str | None = None) -> None:
-    """One heatmap per ``(label, run)``: the exact posterior p(z_t = j | x, y) (categorical and
-    Markov families; forward–backward for the latter) or the attention weights (soft) of the
+    """One heatmap per ``(label, run)``: the exact posterior p(z_t = j | x, y) (enumerable
+    families; forward–backward for a Markov chain) or the attention weights (deterministic) of the
     pair (source, target), target tokens down, source tokens across, a colour bar each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import torch
+    from pyro import poutine
 
+    from ..attend import recording
     from ..data.batching import collate
+    from ..models.base import declared, exact_posterior
 
     fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs) + 1, 0.35 * len(target) + 2),
                              squeeze=False)
@@ -106,12 +109,12 @@ def plot_alignment_posteriors(runs, source: list[str], target: list[str], path,
         b = collate([(source, target)], [0], run.src_vocab, run.tgt_vocab)
         model = run.model
         with torch.no_grad():
-            if model.family.name == "soft":
-                H = model.encode(b.src, b.src_mask)
-                e = model.decode(H, b.src_mask, b.tgt_in)[1]
-                w = e.masked_fill(~b.src_mask.unsqueeze(1), -torch.inf).softmax(-1)
+            if model.family.deterministic:
+                with recording() as calls, poutine.block():
+                    model.model(b)
+                w = next(c for c in calls if c.name == declared(model, "site")).weights
             else:
-                w = model.exact_posterior(b)
+                w = exact_posterior(model, b)
         a = w[0, : len(target)].numpy()  # the <eos> step left out
         im = ax.imshow(a, vmin=0.0, vmax=1.0, cmap="Blues", aspect="auto")
         ax.set_xticks(range(len(source)), source)

@@ -1,15 +1,18 @@
-"""Alignments as ArviZ ``InferenceData``.
+"""Alignments as ArviZ ``InferenceData``, for any model with the ``alignment`` capability.
 
-ArviZ's ``from_pyro`` / ``from_numpyro`` take MCMC objects only and fail on enumerated models
-(DESIGN.md §5), so the groups are built here with ``az.from_dict`` and xarray:
+ArviZ's ``from_pyro`` / ``from_numpyro`` take MCMC objects only and fail on enumerated models,
+so the groups are built here with ``az.from_dict`` and xarray:
 
-- ``posterior``: ``alignment`` (chain, draw, pair, target_pos, source_pos) — one-hot draws of
-  the exact posterior p(z_t | x, y) for categorical models, the guide's weight draws for
-  continuous families, the deterministic weights for soft attention; for categorical models
-  with an inference network also ``alignment_q``, draws from the trained guide q(z_t | x, y).
-- ``exact_posterior`` (categorical models): the marginals p(z_t = j | x, y), (pair, target_pos,
-  source_pos).
-- ``prior``: ``alignment`` draws from p(z_t | x, y<t).
+- ``posterior``: ``alignment`` (chain, draw, pair, target_pos, source_pos) — one-hot exact
+  posterior draws where the model has them (``posterior-samples``: independent per position for
+  one site under the target plate, forward filtering–backward sampling for a Markov chain), the
+  guide's weight draws for continuous families, the deterministic weights for a deterministic
+  one; for enumerable models trained with an inference network also ``alignment_q``, draws from
+  the trained guide q(z_t | x, y).
+- ``exact_posterior`` (``exact-posterior``): the marginals p(z_t = j | x, y), (pair,
+  target_pos, source_pos).
+- ``prior``: ``alignment`` draws from p(z_t | x, y<t) (per position from its marginals where the
+  model gives them — for a Markov chain these are the chain's marginals, not joint paths).
 - ``log_likelihood``: ``y`` (chain, draw, token): log p(y_t | x, y<t, z_t) at each posterior draw,
   one entry per real target token (``<eos>`` included), so ``az.loo`` / ``az.waic`` run.
 - ``observed_data``: ``y`` (token), the target token ids.
@@ -26,87 +29,129 @@ import numpy as np
 import pyro
 import torch
 from pyro import poutine
+from pyro.poutine.util import site_is_subsample
+from tqdm.auto import tqdm
 
+from ..attend import recording
+from ..errors import UserError
 from ..data.batching import make_batches
-from ..families import masked_softmax
+from ..inference.evaluate import guide_posterior
 from ..inference.methods import get_method
+from ..models.base import (
+    capabilities,
+    declared,
+    exact_posterior,
+    posterior_samples,
+    prior_probs,
+    require,
+)
 
-__all__ = ["to_inference_data", "alignment_arrays"]
+__all__ = ["to_inference_data", "alignment_arrays", "observed_log_likelihood"]
 
 
-def _guide_trace(run, batch):
-    m = get_method(run.method)
-    posterior = m.posterior if m.posterior != "none" else "inference"
-    return poutine.trace(run.model.guide).get_trace(batch, posterior=posterior)
+def _site(calls, site: str):
+    for c in calls:
+        if c.name == site:
+            return c
+    raise ValueError(f"no pa.attend call wrote the site {site!r} (declare the model's `site`)")
+
+
+def _observed(trace, skip: str) -> torch.Tensor:
+    """Σ of the observed sites' log-densities (the targets), ``[..., B, T]``."""
+    trace.compute_log_prob()
+    total = 0.0
+    for name, site in trace.nodes.items():
+        if site["type"] == "sample" and site["is_observed"] and name != skip \
+                and not site_is_subsample(site):
+            total = total + site["log_prob"]
+    return total
+
+
+def observed_log_likelihood(model, batch, z: torch.Tensor) -> torch.Tensor:
+    """log p(y_t | x, y<t, z_t) at alignment draws ``z [K, B, T]`` (source positions) →
+    ``[K, B, T]``: the model's ``alignment_log_likelihood`` member, or its program run once
+    with the alignment site conditioned on all K draws at once (they broadcast on the left, as
+    enumerated values do)."""
+    own = getattr(model, "alignment_log_likelihood", None)
+    if callable(own):
+        return own(batch, z)
+    site = declared(model, "site")
+    conditioned = poutine.condition(model.model, data={site: z})
+    trace = poutine.trace(conditioned).get_trace(batch)
+    return torch.broadcast_to(_observed(trace, site), z.shape)
 
 
 @torch.no_grad()
 def alignment_arrays(run, batch, num_samples: int, generator: torch.Generator) -> dict:
     """Per batch, as numpy: ``prior`` [B, T, S] probabilities (or None), ``exact`` [B, T, S]
-    (categorical) or None, ``posterior`` draws [K, B, T, S], ``q`` draws [K, B, T, S] or None,
-    ``log_lik`` [K, B, T] (log p(y_t | ·, z_t) at the posterior draws), ``prior_draws``
-    [K, B, T, S]."""
+    or None, ``posterior`` draws [K, B, T, S], ``q`` draws [K, B, T, S] or None, ``log_lik``
+    [K, B, T] (log p(y_t | ·, z_t) at the posterior draws), ``prior_draws`` [K, B, T, S]."""
     model = run.model
-    kind = model.family.name
-    H = model.encode(batch.src, batch.src_mask)
-    h, e, c = model.decode(H, batch.src_mask, batch.tgt_in)
-    smask = batch.src_mask[:, None].expand(e.shape)
-    prior = masked_softmax(e, smask)
-    B, T, S = e.shape
+    caps = capabilities(model)
+    site = declared(model, "site")
+    B, T = batch.tgt_out.shape
+    S = batch.src.shape[1]
     K = num_samples
+    fam = model.family
 
     def one_hot_draws(probs):
         idx = torch.multinomial(probs.reshape(-1, S), K, replacement=True, generator=generator)
-        idx = idx.T.reshape(K, B, T)
-        return torch.nn.functional.one_hot(idx, S).to(probs.dtype), idx
+        return torch.nn.functional.one_hot(idx.T.reshape(K, B, T), S).to(probs.dtype)
 
-    out = {"prior": prior, "exact": None, "q": None}
-    if kind == "soft":
-        out["posterior"] = prior.expand(K, B, T, S)
-        ll = model.emission_log_prob(h, c, batch.tgt_out)
-        out["log_lik"] = ll.expand(K, B, T)
-        out["prior_draws"] = prior.expand(K, B, T, S)
-    elif kind == "categorical":
-        log_prior, emis = model.prior_and_emissions(batch)
-        exact = (log_prior + emis).softmax(-1)
-        out["exact"] = exact
-        out["posterior"], idx = one_hot_draws(exact)
-        out["log_lik"] = emis.gather(-1, idx.permute(1, 2, 0)).permute(2, 0, 1)
-        out["prior_draws"], _ = one_hot_draws(prior)
+    out = {"prior": prior_probs(model, batch) if "prior" in caps else None, "exact": None,
+           "q": None}
+    if fam.deterministic:
+        with recording() as calls, poutine.block():
+            trace = poutine.trace(model.model).get_trace(batch)
+        w = _site(calls, site).weights
+        out["prior"] = w
+        out["posterior"] = out["prior_draws"] = w.expand(K, B, T, S)
+        out["log_lik"] = torch.broadcast_to(_observed(trace, site), (B, T)).expand(K, B, T)
+    elif "posterior-samples" in caps:
+        idx = posterior_samples(model, batch, K, generator)
+        out["exact"] = exact_posterior(model, batch)
+        out["posterior"] = torch.nn.functional.one_hot(idx, S).float()
+        out["log_lik"] = observed_log_likelihood(model, batch, idx)
+        out["prior_draws"] = one_hot_draws(out["prior"])
         if get_method(run.method).posterior == "inference":
-            q = masked_softmax(model.inference_scores(batch, H), smask)
-            out["q"], _ = one_hot_draws(q)
+            guide = poutine.trace(model.guide).get_trace(batch, posterior="inference")
+            fn = guide.nodes[site]["fn"]
+            support = fn.enumerate_support(expand=False)
+            q = fn.log_prob(support).exp().reshape(S, B, T).permute(1, 2, 0)
+            out["q"] = one_hot_draws(q)
     else:
         draws, lls, priors = [], [], []
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
         pyro.set_rng_seed(seed)
+        post = guide_posterior(run)
         for _ in range(K):
-            tr = _guide_trace(run, batch)
-            value = tr.nodes["align"]["value"]
-            draws.append(model.family.weights(value, None, smask))
-            v = model.family.context(value, H)
-            lls.append(model.emission_log_prob(h, v, batch.tgt_out))
-            prior_tr = poutine.trace(model.model).get_trace(batch)
-            priors.append(model.family.weights(prior_tr.nodes["align"]["value"], None, smask))
+            with recording() as calls, poutine.block():
+                guide = poutine.trace(model.guide).get_trace(batch, posterior=post)
+            draws.append(_site(calls, site).weights)
+            with poutine.block():
+                replayed = poutine.trace(poutine.replay(model.model, trace=guide)).get_trace(batch)
+            lls.append(torch.broadcast_to(_observed(replayed, site), (B, T)))
+            with recording() as calls, poutine.block():
+                model.model(batch)
+            priors.append(_site(calls, site).weights)
         out["posterior"], out["log_lik"] = torch.stack(draws), torch.stack(lls)
         out["prior_draws"] = torch.stack(priors)
     return {k: (None if v is None else v.float().numpy()) for k, v in out.items()}
 
 
-def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_size: int = 64):
+def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_size: int = 64,
+                      progress: bool = True):
     """``arviz.InferenceData`` of the alignments of ``pairs`` (a list of (source, target) token
     lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run``."""
     import arviz as az
     import xarray as xr
 
     if not isinstance(num_samples, int) or num_samples <= 0:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
-    if getattr(run.model.family, "markov", False):
-        raise ValueError("posterior analysis of MarkovCategorical runs is not supported yet "
-                         "(its prior is a chain, not per-position distributions)")
+        raise UserError(f"num_samples must be a positive int, got {num_samples!r}")
+    require(run.model, "alignment", tool="posterior analysis")
     pairs = getattr(pairs, "pairs", pairs)
     if not pairs:
-        raise ValueError("no pairs to analyse")
+        raise UserError("no pairs to analyse")
     run.model.eval()
     pyro.clear_param_store()
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, batch_size)
@@ -120,7 +165,7 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     exact = None
     token_ll = [[] for _ in range(N)]
     g = torch.Generator().manual_seed(seed)
-    for b in batches:
+    for b in tqdm(batches, desc="analyze", unit="batch", leave=False, disable=not progress):
         arr = alignment_arrays(run, b, K, g)
         for r, i in enumerate(b.index.tolist()):
             s_len, t_len = int(b.src_mask[r].sum()), int(b.tgt_mask[r].sum())

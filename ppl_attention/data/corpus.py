@@ -6,11 +6,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..errors import DataError
+
+__all__ = ["Pair", "DataError", "read_tsv", "read_sequences", "write_tsv", "atomic_write_text",
+           "write_directory_atomically"]
+
 Pair = tuple[list[str], list[str]]
-
-
-class DataError(ValueError):
-    """Bad input data; the message names the file, the line and what was wrong."""
 
 
 def read_tsv(path: str | os.PathLike) -> list[Pair]:
@@ -87,7 +88,7 @@ def read_sequences(path: str | os.PathLike, side: str = "target") -> list[list[s
     line), or a ``source<TAB>target`` corpus read on ``side`` ("source" or "target"). An empty
     sequence or a line with more than one tab is a :class:`DataError` naming file and line."""
     if side not in ("source", "target"):
-        raise ValueError(f"side must be 'source' or 'target', got {side!r}")
+        raise DataError(f"side must be 'source' or 'target', got {side!r}")
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such corpus file")

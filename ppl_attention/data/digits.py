@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["DigitsData", "load_digits_patches", "to_patches"]
+__all__ = ["DigitsData", "ImageBatch", "load_digits_patches", "to_patches", "image_batches"]
 
 N_TRAIN = 1300
 
@@ -23,6 +23,32 @@ class DigitsData:
     test_y: torch.Tensor
     test_x_noisy: torch.Tensor
     n_classes: int = 10
+
+
+@dataclass
+class ImageBatch:
+    """A batch of token-sequence images: ``x [B, tokens, features]``, labels ``y [B]``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def n_tokens(self) -> int:
+        """What the loss is averaged over: the examples."""
+        return self.x.shape[0]
+
+
+def image_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool = False,
+                  seed: int = 0) -> list[ImageBatch]:
+    """Consecutive chunks of ``batch_size`` examples (after a seeded permutation if
+    ``shuffle``)."""
+    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)) \
+        if shuffle else torch.arange(x.shape[0])
+    return [ImageBatch(x[idx], y[idx]) for idx in order.split(batch_size)]
 
 
 def to_patches(images, patch: int = 2) -> torch.Tensor:

@@ -20,6 +20,15 @@ class Graph:
     test_mask: torch.Tensor  # [N] bool
     n_classes: int
 
+    @property
+    def size(self) -> int:
+        return 1
+
+    @property
+    def n_tokens(self) -> int:
+        """What the loss is averaged over: the labelled nodes."""
+        return max(1, int(self.train_mask.sum()))
+
     def noisy(self, scale: float, seed: int = 0) -> Graph:
         """The same graph with Gaussian noise of sd ``scale`` added to the features."""
         g = torch.Generator().manual_seed(seed)

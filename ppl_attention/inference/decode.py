@@ -1,63 +1,52 @@
-"""Greedy and beam-search decoding of a trained Seq2SeqAlignment with the exact predictive
-p(y_t | x, y<t) = Σ_j p(z_t = j | x, y<t) p(y_t | z_t = j, x, y<t) for categorical alignments
-(soft attention for the other families; see ``Seq2SeqAlignment.predictive_log_probs``)."""
+"""Greedy and beam-search decoding of a trained model with the ``predictive`` capability
+(:mod:`ppl_attention.models.base`): ``start_decoding`` / ``decoding_step`` /
+``keep_hypotheses`` give p(y_t | x, y<t) — for ``Seq2SeqAlignment`` the exact predictive
+Σ_j p(z_t = j | x, y<t) p(y_t | z_t = j, x, y<t) of a categorical alignment (the forward filter
+of the Markov family; the mean context for the other families)."""
 
 from __future__ import annotations
 
 import torch
 
 from ..data.batching import collate
+from ..errors import UserError
+from ..models.base import require
 
 __all__ = ["beam_search", "check_ensemble", "decode_tokens"]
 
 
 class _Stepper:
-    """One model's side of a search: its encoded source, decoder state and (Markov family) the
-    forward filter p(z_{t−1} | x, y<t), one row per live hypothesis."""
+    """One model's side of a search: its decoding state, one row per live hypothesis."""
 
     def __init__(self, run, source: list[str]):
         self.model = run.model
         self.model.eval()
         b = collate([(source, [])], [0], run.src_vocab, run.tgt_vocab)
-        self.H, self.mask = self.model.encode(b.src, b.src_mask), b.src_mask
-        self.keys = self.model.score.project_keys(self.H)
-        self.state = self.model.initial_state(self.H)
-        self.log_filter = self.joint = None
+        self.state = self.model.start_decoding(b.src, b.src_mask)
 
     def log_probs(self, prev: torch.Tensor) -> torch.Tensor:
         """log p(y_t = · | x, y<t) ``[k, V]`` for the k live hypotheses whose last tokens are
         ``prev [k]``."""
-        m, k = self.model, prev.shape[0]
-        Hk, mk = self.H.expand(k, -1, -1), self.mask.expand(k, -1)
-        keys = self.keys.expand(k, *self.keys.shape[1:])
-        self.state, e = m.decoder_step(Hk, mk, m.tgt_emb(prev), self.state, keys)
-        if m.markov:
-            logp, self.joint = m.markov_predictive(Hk, mk, self.state, e, self.log_filter)
-            return logp
-        return m.predictive_log_probs(Hk, mk, self.state, e)
+        logp, self.state = self.model.decoding_step(self.state, prev)
+        return logp
 
     def keep(self, rows: torch.Tensor, toks: torch.Tensor) -> None:
         """Hypothesis ``rows[i]`` continued by ``toks[i]`` becomes live hypothesis i."""
-        self.state = tuple(x[rows] for x in self.state)
-        if self.joint is not None:
-            picked = self.joint[rows, :, toks]  # [k', S]
-            self.log_filter = picked - picked.logsumexp(-1, keepdim=True)
+        self.state = self.model.keep_hypotheses(self.state, rows, toks)
 
 
 def check_ensemble(runs) -> list:
     """``runs`` (one Run or several) as a list, after checking that they can decode together:
-    Seq2SeqAlignment runs with the same source and target vocabularies."""
+    models with the ``predictive`` capability and the same source and target vocabularies."""
     runs = list(runs) if isinstance(runs, (list, tuple)) else [runs]
     if not runs:
-        raise ValueError("no run to decode with")
+        raise UserError("no run to decode with")
     first = runs[0]
     for r in runs:
-        if not hasattr(r.model, "decoder_step"):
-            raise ValueError(f"{r.method}: only seq2seq runs decode (this run's model is "
-                             f"{type(r.model).__name__})")
+        require(r.model, "predictive", tool="decoding")
         for side in ("src_vocab", "tgt_vocab"):
             if getattr(r, side).itos != getattr(first, side).itos:
-                raise ValueError(f"runs in an ensemble need the same vocabularies: the "
+                raise UserError(f"runs in an ensemble need the same vocabularies: the "
                                  f"{side.split('_')[0]} vocabulary of run {r.method!r} differs "
                                  f"from the first run's (train them on the same data)")
     return runs
@@ -74,9 +63,9 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
     the mixture of their predictives, p(y_t | x, y<t) = (1/M) Σ_m p_m(y_t | x, y<t), every
     model conditioned on the same prefix (its own decoder state and alignment filter)."""
     if beam < 1:
-        raise ValueError(f"beam must be at least 1, got {beam}")
+        raise UserError(f"beam must be at least 1, got {beam}")
     if not source:
-        raise ValueError("empty source sequence")
+        raise UserError("empty source sequence")
     runs = check_ensemble(run)
     tv = runs[0].tgt_vocab
     steppers = [_Stepper(r, source) for r in runs]

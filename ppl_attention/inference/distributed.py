@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..data.batching import Batch
+from ..errors import UserError
 
 
 def _env_int(name: str) -> int | None:
@@ -56,10 +57,14 @@ class Distributed:
         return self.rank == 0
 
     def check_batches(self, batches: list[Batch]) -> None:
-        """Every batch must give each rank at least one pair (checked before any work)."""
+        """Every batch must be a batch of pairs (its rows are sharded) and give each rank at
+        least one pair (checked before any work)."""
+        if not all(isinstance(b, Batch) for b in batches):
+            raise UserError(f"torchrun data parallelism shards batches of pairs by row; this "
+                            f"model's batches are {type(batches[0]).__name__}")
         small = min(b.size for b in batches)
         if small < self.world:
-            raise ValueError(f"a training batch of {small} pair(s) cannot be split over "
+            raise UserError(f"a training batch of {small} pair(s) cannot be split over "
                              f"{self.world} processes: use --batch-size ≥ {self.world} (the "
                              f"last, smaller bucket of a corpus counts too) or fewer processes")
 
@@ -111,6 +116,6 @@ class _SurrogateLoss(torch.nn.Module):
         self.model = model
         self.objective = objective
 
-    def forward(self, batch: Batch, step: int, avg: float | None):
-        loss, surrogate = self.objective.differentiable_loss(self.model, batch, step, avg)
+    def forward(self, batch: Batch, step: int):
+        loss, surrogate = self.objective.differentiable_loss(self.model, batch, step)
         return surrogate, torch.tensor(loss)

@@ -1,6 +1,11 @@
-"""Evaluation: exact NLL/token and perplexity by enumeration for categorical alignments (whatever
-method trained them), exact likelihood for soft attention, an IWAE bound for continuous families,
-ELBO/token, MAP alignments and AER against gold."""
+"""Evaluation of any model meeting the contract: NLL/token — exact where the model has the
+``exact-likelihood`` capability (enumeration for categorical alignments, whatever method trained
+them; soft attention as it stands), an IWAE-K bound otherwise — ELBO/token, MAP alignments and
+AER against gold.
+
+Everything here reads the model through its Pyro program and the capabilities of
+:mod:`ppl_attention.models.base`; nothing looks at a model's or family's name.
+"""
 
 from __future__ import annotations
 
@@ -9,62 +14,92 @@ import math
 import pyro
 import torch
 from pyro import poutine
+from pyro.poutine.util import site_is_subsample
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 
-from ..data.batching import Batch
+from ..attend import recording
+from ..backends import get_backend
 from ..metrics import aer
-from .methods import PLATES, get_method
+from ..models.base import capabilities, declared, exact_posterior, exact_token_log_likelihood
+from .methods import get_method
 from .run import Run
 
-
-def _kind(run: Run) -> str:
-    """"soft", "categorical" (also the Markov family: enumerable, exact), or a continuous one."""
-    family = run.model.family
-    if family.deterministic:  # Soft, SegmentCRF: no latent variable, exact likelihood
-        return "soft"
-    return "categorical" if family.name == "markov-categorical" else family.name
+__all__ = ["evaluate", "nll_per_token", "elbo_per_token", "map_alignments", "alignment_links",
+           "log_importance_weights", "iwae_log_likelihood", "token_log_likelihood",
+           "guide_posterior", "monotonic_share"]
 
 
-def token_log_likelihood(run: Run, batch: Batch) -> torch.Tensor:
-    """Exact log p(y_t | x, y<t) ``[B, T]`` for soft and categorical models."""
-    if _kind(run) == "soft":
-        return run.model.soft_token_log_likelihood(batch)
-    return run.model.exact_token_log_likelihood(batch)
+def guide_posterior(run: Run) -> str:
+    """The guide the run's method trained ("inference" or "prior"); an exact method has none,
+    and its evaluation by importance sampling uses the model's inference network."""
+    p = get_method(run.method).posterior
+    if p != "none":
+        return p
+    return "inference" if "inference" in declared(run.model, "posteriors") else "prior"
 
 
-def _guide_kwargs(run: Run) -> dict:
-    m = get_method(run.method)
-    return dict(posterior=m.posterior if m.posterior != "none" else "inference")
+def token_log_likelihood(run: Run, batch) -> torch.Tensor:
+    """Exact log p(y_t | x, y<t) ``[B, T]`` (needs the ``exact-likelihood`` capability)."""
+    return exact_token_log_likelihood(run.model, batch)
 
 
-def log_importance_weights(run: Run, batch: Batch, k: int = 10) -> torch.Tensor:
-    """log p(y, z_k | x) − log q(z_k | x, y) for K draws z_k ~ q, per pair ``[K, B]``. For a
-    categorical alignment sampled in the guide, each draw is a full alignment."""
-    model, gk = run.model, _guide_kwargs(run)
+def _batch_dim(trace) -> int | None:
+    for site in trace.nodes.values():
+        for frame in site.get("cond_indep_stack", ()):
+            if frame.name == "batch":
+                return frame.dim
+    return None
+
+
+def _per_pair(trace, B: int) -> torch.Tensor:
+    """Σ of the log-densities of ``trace``'s sample sites per pair ``[B]`` (summing every dim
+    right of the ``batch`` plate)."""
+    dim = _batch_dim(trace)
+    total = torch.zeros(B)
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or "log_prob" not in site or site_is_subsample(site):
+            continue
+        lp = site["log_prob"]
+        if dim is None or lp.dim() < -dim or lp.shape[dim] != B:
+            raise ValueError(f"site {name!r} is not under the plate 'batch' of size {B} "
+                             f"(log-density shape {list(lp.shape)}); per-pair importance weights "
+                             f"need every site inside pyro.plate('batch', B)")
+        right = tuple(range(dim + 1, 0))
+        lp = lp.sum(right) if right else lp
+        total = total + lp.reshape(-1, B).sum(0)
+    return total
+
+
+def log_importance_weights(run: Run, batch, k: int = 10) -> torch.Tensor:
+    """log p(y, z_k | x) − log q(z_k | x, y) for K draws z_k ~ q, per pair ``[K, B]`` (every
+    latent site of the guide, whole alignments for a categorical one)."""
+    model, post = run.model, guide_posterior(run)
+    B = batch.size
     weights = []
     for _ in range(k):
-        g = poutine.trace(model.guide).get_trace(batch, **gk)
+        g = poutine.trace(model.guide).get_trace(batch, posterior=post)
         mt = poutine.trace(poutine.replay(model.model, trace=g)).get_trace(batch)
         g.compute_log_prob()
         mt.compute_log_prob()
-        lw = sum(site["log_prob"].sum(-1) for site in mt.nodes.values()
-                 if site["type"] == "sample" and "log_prob" in site)
-        lw = lw - sum(site["log_prob"].sum(-1) for site in g.nodes.values()
-                      if site["type"] == "sample" and "log_prob" in site)
-        weights.append(lw)
+        weights.append(_per_pair(mt, B) - _per_pair(g, B))
     return torch.stack(weights)
 
 
-def iwae_log_likelihood(run: Run, batch: Batch, k: int = 10) -> torch.Tensor:
+def iwae_log_likelihood(run: Run, batch, k: int = 10) -> torch.Tensor:
     """log (1/K) Σ_k p(y, z_k | x) / q(z_k | x, y) per pair ``[B]`` (a lower bound on log p)."""
     return log_importance_weights(run, batch, k).logsumexp(0) - math.log(k)
 
 
+def _exact(run: Run) -> bool:
+    return "exact-likelihood" in capabilities(run.model)
+
+
 @torch.no_grad()
-def nll_per_token(run: Run, batches: list[Batch], iwae_k: int = 10) -> float:
+def nll_per_token(run: Run, batches: list, iwae_k: int = 10) -> float:
     total, n = 0.0, 0
+    exact = _exact(run)
     for b in batches:
-        if _kind(run) in ("soft", "categorical"):
+        if exact:
             total -= float(token_log_likelihood(run, b).sum())
         else:
             total -= float(iwae_log_likelihood(run, b, iwae_k).sum())
@@ -72,20 +107,22 @@ def nll_per_token(run: Run, batches: list[Batch], iwae_k: int = 10) -> float:
     return total / n
 
 
-def elbo_per_token(run: Run, batches: list[Batch], samples: int = 5) -> float:
+def elbo_per_token(run: Run, batches: list, samples: int = 5) -> float:
     """The ELBO of the trained (model, guide) pair with KL weight 1: exact (enumerated) for
-    categorical guides; a mean of ``samples`` estimates otherwise."""
+    categorical guides; a mean of ``samples`` estimates otherwise. Exact methods (no guide)
+    report log p itself."""
     m = get_method(run.method)
     model = run.model
-    kind = _kind(run)
-    if kind == "soft" or m.posterior == "none":
+    fam = model.family
+    nest = declared(model, "max_plate_nesting")
+    if fam.deterministic or m.posterior == "none":
         return -nll_per_token(run, batches)
-    if kind == "categorical":
-        elbo, reps = TraceEnum_ELBO(max_plate_nesting=PLATES), 1
+    if fam.enumerable:
+        elbo, reps = TraceEnum_ELBO(max_plate_nesting=nest), 1
         gk = dict(posterior=m.posterior, enumerate_z=True)
     else:
-        analytic = m.elbo().__class__ is TraceMeanField_ELBO
-        elbo = (TraceMeanField_ELBO if analytic else Trace_ELBO)(max_plate_nesting=PLATES)
+        analytic = m.spec.objective == "TraceMeanField_ELBO"
+        elbo = (TraceMeanField_ELBO if analytic else Trace_ELBO)(max_plate_nesting=nest)
         reps, gk = samples, dict(posterior=m.posterior)
     total, n = 0.0, 0
     with torch.no_grad():
@@ -96,30 +133,36 @@ def elbo_per_token(run: Run, batches: list[Batch], samples: int = 5) -> float:
     return total / n
 
 
+def _site_call(calls, site: str):
+    for c in calls:
+        if c.name == site:
+            return c
+    raise ValueError(f"no pa.attend call wrote the site {site!r} (declare the model's `site`)")
+
+
 @torch.no_grad()
-def map_alignments(run: Run, batch: Batch) -> torch.Tensor:
-    """The alignment of each target token ``[B, T]``: argmax_j p(z_t = j | x, y) (exact) for
-    categorical models; the argmax of the attention scores for soft; for continuous families the
-    argmax of the guide's scores, which is the argmax of q's mean weights (Dirichlet, Weibull,
-    LogNormal: the mean is monotone in the scores; Gaussian context: its soft weights) and the
-    most probable vertex of the Concrete. Deterministic, so both backends agree."""
+def map_alignments(run: Run, batch) -> torch.Tensor:
+    """The alignment of each target token ``[B, T]``: argmax_j p(z_t = j | x, y) (exact) where
+    the model has an exact posterior; the argmax of the attention weights for a deterministic
+    family; for continuous families the argmax of the guide's scores, which is the argmax of
+    q's mean weights (Dirichlet, Weibull, LogNormal: the mean is monotone in the scores;
+    Gaussian context: its soft weights) and the most probable vertex of the Concrete.
+    Deterministic, so both backends agree."""
     model = run.model
-    kind = _kind(run)
-    if kind == "categorical":
-        return model.exact_posterior(batch).argmax(-1)
-    H = model.encode(batch.src, batch.src_mask)
-    if kind == "soft":
-        scores = model.decode(H, batch.src_mask, batch.tgt_in)[1]
-        return model.family.deterministic_weights(scores, batch.src_mask.unsqueeze(1)).argmax(-1)
-    if _guide_kwargs(run)["posterior"] == "prior":
-        scores = model.decode(H, batch.src_mask, batch.tgt_in)[1]
-    else:
-        scores = model.inference_scores(batch, H)
-    return scores.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf).argmax(-1)
+    if "exact-posterior" in capabilities(model):
+        return exact_posterior(model, batch).argmax(-1)
+    site = declared(model, "site")
+    if model.family.deterministic:
+        with recording() as calls, poutine.block():
+            model.model(batch)
+        return _site_call(calls, site).weights.argmax(-1)
+    with recording() as calls, poutine.block():
+        model.guide(batch, posterior=guide_posterior(run))
+    call = _site_call(calls, site)
+    return call.scores.masked_fill(~call.mask, -torch.inf).argmax(-1)
 
 
-def alignment_links(run: Run, batches: list[Batch], map_fn=None
-                    ) -> dict[int, set[tuple[int, int]]]:
+def alignment_links(run: Run, batches: list, map_fn=None) -> dict[int, set[tuple[int, int]]]:
     """Corpus index → MAP links {(source i, target j)} over real target tokens (not <eos>).
     ``map_fn(run, batch) -> [B, T]`` gives the MAP positions (default :func:`map_alignments`;
     the NumPyro side passes its own)."""
@@ -133,60 +176,55 @@ def alignment_links(run: Run, batches: list[Batch], map_fn=None
     return out
 
 
-BACKENDS = ("pyro", "numpyro")
-
-
-def evaluate(run: Run, batches: list[Batch], gold: list | None = None,
+def evaluate(run: Run, batches: list, gold: list | None = None,
              log_likelihood: list[float] | None = None, iwae_k: int = 10,
              with_elbo: bool = True, backend: str = "pyro",
              references: dict | None = None, beam: int = 1, ensemble: list | None = None
              ) -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
-    ``elbo_per_token``, ``aer`` (with gold), ``floor_nll_per_token`` (with the generator's
-    log-likelihoods), ``n_pairs``, ``n_tokens``, ``n_unk``, ``method``, ``backend``.
+    ``elbo_per_token``, ``aer`` (with gold, for models with the ``alignment`` capability),
+    ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
+    ``n_unk``, ``method``, ``backend``.
 
-    ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model
-    (:mod:`ppl_attention.numpyro.inference.evaluate`), whichever backend trained it.
-    ``references`` (word → pronunciations, G2P) adds ``wer``/``per`` of beam-``beam`` decoding
-    (:func:`~ppl_attention.inference.decode.word_error_rates`); ``ensemble`` (more runs on the
-    same data) decodes with ``run`` and them together — the other numbers stay ``run``'s."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
-    if backend == "numpyro":
-        from ..numpyro.inference import evaluate as ops
-    else:
-        ops = _PyroOps
+    ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model,
+    whichever backend trained it. ``references`` (word → pronunciations, G2P) adds
+    ``wer``/``per`` of beam-``beam`` decoding for models with the ``predictive`` capability;
+    ``ensemble`` (more runs on the same data) decodes with ``run`` and them together — the other
+    numbers stay ``run``'s."""
+    ops = get_backend(backend)
+    ops.check_run(run)
     pyro.clear_param_store()
     run.model.eval()
-    kind = _kind(run)
+    caps = capabilities(run.model)
     nll = ops.nll_per_token(run, batches, iwae_k)
     n_tokens = sum(b.n_tokens for b in batches)
     report = {
         "method": run.method,
         "nll_per_token": nll,
         "ppl": math.exp(nll),
-        "exact": kind in ("soft", "categorical"),
+        "exact": "exact-likelihood" in caps,
         "n_pairs": sum(b.size for b in batches),
         "n_tokens": n_tokens,
-        "n_unk": sum(b.n_unk for b in batches),
+        "n_unk": sum(getattr(b, "n_unk", 0) for b in batches),
         "backend": backend,
     }
     if not report["exact"]:
         report["iwae_k"] = iwae_k
     if with_elbo:
         report["elbo_per_token"] = ops.elbo_per_token(run, batches)
-    if gold is not None:
+    if gold is not None and "alignment" in caps:
         links = ops.alignment_links(run, batches)
         idx = sorted(links)
         report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
     if log_likelihood is not None:
         report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
-    if references:
+    if references and "predictive" in caps:
         from .decode import word_error_rates
 
-        report.update(word_error_rates([run, *(ensemble or [])], references, beam))
-        links = ops.alignment_links(run, batches)
-        report["monotonic_share"] = monotonic_share(links)
+        report.update(word_error_rates([run, *(ensemble or [])], references, beam,
+                                       progress=True))
+        if "alignment" in caps:
+            report["monotonic_share"] = monotonic_share(ops.alignment_links(run, batches))
     return report
 
 
@@ -198,11 +236,3 @@ def monotonic_share(links: dict[int, set[tuple[int, int]]]) -> float:
         src = [i for i, _ in sorted(pair_links, key=lambda ij: ij[1])]
         ok += all(a <= b for a, b in zip(src, src[1:]))
     return ok / max(1, len(links))
-
-
-class _PyroOps:
-    """The Pyro-side functions :func:`evaluate` assembles its report from."""
-
-    nll_per_token = staticmethod(nll_per_token)
-    elbo_per_token = staticmethod(elbo_per_token)
-    alignment_links = staticmethod(alignment_links)

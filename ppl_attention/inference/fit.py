@@ -1,145 +1,160 @@
-"""Training: Adam on the ELBO of a registered method (or a sequence VAE's objective), gradient
-clipping, validation, best checkpoint, resume — one loop for every model."""
+"""Training under Pyro: one loop for every model that meets the contract
+(:mod:`ppl_attention.models.base`) and every method of the registry — Adam on the method's
+objective, gradient clipping, the lr schedule, the KL weight of annealed methods, validation,
+best weights, periodic checkpoints, resume, and ``torchrun`` data parallelism."""
 
 from __future__ import annotations
 
 import copy
-import math
 import random
 import time
 
 import pyro
 import torch
+from pyro import poutine
 from tqdm.auto import tqdm
 
-from ..data.batching import Batch
-from ..data.vocab import Vocab
-from ..models.seq2seq import Seq2SeqAlignment
-from .methods import differentiable_loss, get_method, loss_and_grads
+from ..core.schedules import LR_SCHEDULES, batch_order
+from ..errors import UserError
+from ..models.base import check_method, declared
+from .evaluate import nll_per_token
+from .methods import Method, differentiable_loss, get_method, loss_and_grads
 from .run import Run
 
+#: training options every model takes, with the package's defaults (a model's
+#: ``training_defaults`` replace them for that model)
+TRAINING_DEFAULTS = dict(steps=1000, lr=1e-2, lr_schedule="cosine", batch_size=64, clip=5.0,
+                         weight_decay=0.0, kl_weight=1.0, anneal_rho=None, valid_every=250)
 
-def _order(n: int, seed: int, epoch: int) -> list[int]:
-    order = list(range(n))
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
 
-
-SCHEDULES = {
-    "constant": lambda step, steps: 1.0,
-    "cosine": lambda step, steps: 0.5 * (1.0 + math.cos(math.pi * step / max(1, steps))),
-}
+def training_options(model_class, **given) -> dict:
+    """The training options of a run: those ``given`` (not None), else the model's
+    ``training_defaults``, else :data:`TRAINING_DEFAULTS`."""
+    unknown = sorted(set(given) - set(TRAINING_DEFAULTS))
+    if unknown:
+        raise UserError(f"unknown training option {unknown[0]!r}; valid: "
+                        f"{', '.join(TRAINING_DEFAULTS)}")
+    out = dict(TRAINING_DEFAULTS)
+    out.update(declared(model_class, "training_defaults"))
+    out.update({k: v for k, v in given.items() if v is not None})
+    return out
 
 
 class MethodObjective:
-    """A registered inference method on a :class:`Seq2SeqAlignment`: its ELBO estimate, and the
-    exact (or IWAE) NLL/token for validation."""
+    """A registered method on a model: its ELBO estimate at a step (KL weight η·λ(t) on the
+    alignment sites, the model's own step arguments) and the validation score."""
 
-    def __init__(self, method: str):
-        self.method = get_method(method)
-        self.elbo = self.method.elbo()
+    def __init__(self, method: str | Method, model, kl_weight: float = 1.0,
+                 anneal_rho: float | None = None):
+        self.method = get_method(method) if isinstance(method, str) else method
+        self.elbo = self.method.elbo(declared(model, "max_plate_nesting"))
+        self.kl_weight, self.anneal_rho = kl_weight, anneal_rho
 
-    def loss_and_grads(self, model, batch: Batch, step: int, avg: float | None) -> float:
-        return loss_and_grads(self.method, self.elbo, model, batch, step, avg)
+    def kl(self, step: int) -> float:
+        return self.method.kl_scale(step, self.kl_weight, self.anneal_rho)
 
-    def differentiable_loss(self, model, batch: Batch, step: int, avg: float | None):
-        return differentiable_loss(self.method, self.elbo, model, batch, step, avg)
+    @staticmethod
+    def step_kwargs(model, step: int) -> dict:
+        fn = getattr(model, "step_arguments", None)
+        return dict(fn(step)) if callable(fn) else {}
 
-    def validate(self, run: Run, batches: list[Batch]) -> float:
-        from .evaluate import nll_per_token  # local: evaluate imports fit's siblings
+    def loss_and_grads(self, model, batch, step: int) -> float:
+        return loss_and_grads(self.method, self.elbo, model, batch, step, self.kl(step),
+                              self.step_kwargs(model, step))
 
-        return nll_per_token(run, batches)
+    def differentiable_loss(self, model, batch, step: int):
+        return differentiable_loss(self.method, self.elbo, model, batch, step, self.kl(step),
+                                   self.step_kwargs(model, step))
 
-
-class SeqVAEObjective:
-    """:class:`~ppl_attention.models.seq_vae.AttentionSeqVAE`'s annealed, free-bits ELBO
-    (``anneal`` ∈ ANNEALING over ``anneal_steps``); validation: −ELBO/token at β = 1 without free
-    bits (one draw of z)."""
-
-    def __init__(self, model, anneal: str = "none", anneal_steps: int = 1):
-        from ..models.seq_vae import ANNEALING
-
-        if anneal not in ANNEALING:
-            raise ValueError(f"unknown KL annealing {anneal!r}; valid: {', '.join(ANNEALING)}")
-        self.beta = lambda step: ANNEALING[anneal](step, anneal_steps)
-        self.elbo = model.make_elbo()
-
-    def loss_and_grads(self, model, batch: Batch, step: int, avg: float | None) -> float:
-        return model.loss_and_grads(self.elbo, batch, self.beta(step))
-
-    def validate(self, run: Run, batches: list[Batch]) -> float:
-        from ..analysis.latent import elbo_per_token
-
-        return -elbo_per_token(run.model, batches)
+    def validate(self, run: Run, batches: list) -> float:
+        own = getattr(run.model, "validation_loss", None)
+        return own(batches) if callable(own) else nll_per_token(run, batches)
 
 
-def make_objective(model, method: str, config: dict | None = None):
-    """The training objective of ``method`` for ``model``: ``"seq-vae"`` for a sequence VAE
-    (options ``kl_anneal``, ``anneal_steps`` from ``config``), else a registered method."""
-    if method == "seq-vae":
-        config = config or {}
-        return SeqVAEObjective(model, config.get("kl_anneal", "none"),
-                               config.get("anneal_steps", 1))
-    return MethodObjective(method)
+def _initialize_lazy_parameters(model, objective: MethodObjective, batch) -> None:
+    """A family that builds its parameters on first use (a BAM prior network made without
+    ``key_dim``) gets them now, by one run of the model (no gradient, the RNG state restored),
+    so that the optimizer sees them."""
+    lazy = [m for m in model.modules()
+            if getattr(m, "prior_kind", None) == "contextual" and getattr(m, "prior_net", 1) is None]
+    if not lazy:
+        return
+    kw = objective.step_kwargs(model, 0)
+    with torch.random.fork_rng(), torch.no_grad(), poutine.block():
+        model.model(batch, enumerate_z=False, kl_scale=1.0, **kw)
 
 
-def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, seed: int = 0, *,
-        src_vocab: Vocab, tgt_vocab: Vocab, valid: list[Batch] | None = None, lr: float = 3e-3,
-        clip: float = 5.0, valid_every: int = 100, resume: Run | None = None,
+def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0, *,
+        src_vocab=None, tgt_vocab=None, valid: list | None = None, lr: float | None = None,
+        clip: float | None = None, valid_every: int | None = None, resume: Run | None = None,
         progress: bool = True, out=None, config: dict | None = None,
-        lr_schedule: str = "cosine", checkpoint_every: int | None = None,
-        distributed=None) -> Run:
-    """Train ``model`` by ``method`` for ``steps`` steps (one batch a step) and return a Run.
+        lr_schedule: str | None = None, checkpoint_every: int | None = None,
+        distributed=None, kl_weight: float | None = None, anneal_rho: float | None = None,
+        weight_decay: float | None = None, model_spec: str | None = None) -> Run:
+    """Train ``model`` (any model meeting the contract) by ``method`` for ``steps`` steps, one
+    batch a step, and return a :class:`Run`.
 
-    The batch for step i is fixed by (seed, i), so a run resumed from its directory continues
-    with the identical next loss. Validation NLL/token (exact where the family allows) every
-    ``valid_every`` steps; the best model is kept in ``run.extra["best_model"]``.
+    Options left None take the model's ``training_defaults``, else
+    :data:`TRAINING_DEFAULTS`. The batch for step i is fixed by (seed, i), so a run resumed
+    from its directory continues with the identical next loss. Validation score (the model's
+    ``validation_loss``, else NLL/token — exact where the model has the capability, IWAE-10
+    otherwise) every ``valid_every`` steps; the best weights are kept in
+    ``run.extra["best_model"]``.
 
-    ``lr_schedule``: ``"constant"``, or ``"cosine"`` — lr·½(1 + cos(π·step/steps)), which lets
-    the last steps settle instead of rattling at the full rate. The rate is a function of the
-    step alone, so resuming keeps it.
-
-    ``checkpoint_every``: also save ``out`` every N steps, marked PARTIAL, so a long run killed
-    midway resumes from its last checkpoint with the identical next loss.
+    ``lr_schedule``: ``"constant"`` or ``"cosine"`` (lr·½(1 + cos(π·step/steps))); a function of
+    the step alone, so resuming keeps it. ``kl_weight`` η and ``anneal_rho`` ρ: the KL weight
+    η·sigmoid(t·ρ − 6) on the alignment sites of methods that anneal (BAM; ρ defaults to the
+    method's), η otherwise. ``clip``: global gradient-norm clipping (0: none);
+    ``weight_decay``: Adam's L2 term. ``checkpoint_every``: also save ``out`` every N steps,
+    marked PARTIAL, so a run killed midway resumes from its last checkpoint.
 
     ``distributed``: a :class:`~ppl_attention.inference.distributed.Distributed` (a
     ``torchrun`` launch): each rank differentiates its shard of every batch inside
     ``DistributedDataParallel`` — the same parameters, step by step, as one process on the
-    whole batch (module docstring there); rank 0 alone validates, shows progress and writes
-    ``out``; the other ranks draw their own random numbers.
+    whole batch; rank 0 alone validates, shows progress and writes ``out``.
     """
-    if lr_schedule not in SCHEDULES:
-        raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
+    opts = training_options(type(model), steps=steps, lr=lr, lr_schedule=lr_schedule,
+                            valid_every=valid_every, kl_weight=kl_weight, anneal_rho=anneal_rho,
+                            weight_decay=weight_decay, clip=clip)
+    steps, lr, lr_schedule, clip = opts["steps"], opts["lr"], opts["lr_schedule"], opts["clip"]
+    if lr_schedule not in LR_SCHEDULES:
+        raise UserError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     if not train:
-        raise ValueError("no training batches")
+        raise UserError("no training batches")
+    m = get_method(method)
+    check_method(type(model), m)
+    if anneal_rho is not None and m.anneal_rho is None:
+        raise UserError(f"--anneal-rho sets the KL annealing of methods that anneal it "
+                        f"(bam-weibull, bam-lognormal), not of {method}")
     pyro.clear_param_store()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    run = resume or Run(model, method, src_vocab, tgt_vocab, dict(config or {}))
-    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every,
-                      lr_schedule=lr_schedule)
+    run = resume or Run(model, method, src_vocab, tgt_vocab, dict(config or {}),
+                        model_spec=model_spec)
+    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed,
+                      valid_every=opts["valid_every"], lr_schedule=lr_schedule,
+                      kl_weight=opts["kl_weight"], weight_decay=opts["weight_decay"],
+                      **({"anneal_rho": opts["anneal_rho"] or m.anneal_rho}
+                         if m.anneal_rho is not None else {}))
     start = run.step
+    objective = MethodObjective(m, model, opts["kl_weight"], opts["anneal_rho"])
+    if resume is None:
+        pyro.set_rng_seed(seed)
+        _initialize_lazy_parameters(model, objective, train[0])
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=opts["weight_decay"])
     if resume is not None:
         if resume.optimizer_state:
             optimizer.load_state_dict(resume.optimizer_state)
         torch.set_rng_state(resume.rng_state["torch"])
-        random.setstate(resume.rng_state["python"])
-    else:
-        pyro.set_rng_seed(seed)
-    avg = run.extra.get("avg_baseline")
+        random.setstate(_python_rng(resume.rng_state["python"]))
     best = run.extra.get("best_valid", float("inf"))
-    objective = make_objective(model, method, run.config)
     step_fn = None
     if distributed is not None:
-        if not hasattr(objective, "differentiable_loss"):
-            raise ValueError(f"{method}: data-parallel training (torchrun) is for the "
-                             f"registered inference methods")
         if not distributed.main:  # rank 0 keeps the one-process random stream
             pyro.set_rng_seed((seed * 1_000_003 + distributed.rank * 7_919 + start) % 2**31)
         ddp = distributed.wrap(model, objective)
 
-        def step_fn(batch, step, avg):
+        def step_fn(batch, step):
             shard = distributed.shard(batch)
-            surrogate, loss = ddp(shard, step, avg)
+            surrogate, loss = ddp(shard, step)
             (surrogate * distributed.world).backward()  # DDP averages: W·(1/W)Σ_r = Σ_r
             total, n_tokens = distributed.all_sum(float(loss), shard.n_tokens)
             return total / n_tokens
@@ -152,21 +167,32 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
     bar = tqdm(range(start, steps), disable=not progress, desc=method, leave=False)
     t0, tokens = time.perf_counter(), 0
     trained_before = run.extra.get("train_seconds", 0.0)  # earlier segments of a resumed run
+    valid_every = opts["valid_every"]
+
+    def snapshot(step: int) -> None:
+        run.step = step
+        run.extra.update(best_valid=best, train_seconds=trained_before + time.perf_counter() - t0)
+        run.optimizer_state = optimizer.state_dict()
+        run.rng_state = {"torch": torch.get_rng_state(), "python": list(random.getstate())}
+
     for step in bar:
         epoch, pos = divmod(step, len(train))
-        batch = train[_order(len(train), seed, epoch)[pos]]
+        batch = train[batch_order(len(train), seed, epoch)[pos]]
         for group in optimizer.param_groups:
-            group["lr"] = lr * SCHEDULES[lr_schedule](step, steps)
+            group["lr"] = lr * LR_SCHEDULES[lr_schedule](step, steps)
         optimizer.zero_grad()
         if step_fn is None:
-            loss = objective.loss_and_grads(model, batch, step, avg) / batch.n_tokens
+            loss = objective.loss_and_grads(model, batch, step) / batch.n_tokens
         else:
-            loss = step_fn(batch, step, avg)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            loss = step_fn(batch, step)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
-        avg = -loss if avg is None else 0.95 * avg - 0.05 * loss
         tokens += batch.n_tokens
         record = {"step": step + 1, "train_loss": loss}
+        kl = objective.kl(step)
+        if kl != 1.0:
+            record["kl_weight"] = kl
         if valid and ((step + 1) % valid_every == 0 or step + 1 == steps):
             model.eval()
             with torch.random.fork_rng():  # validation draws must not shift the training RNG
@@ -180,19 +206,17 @@ def fit(model: Seq2SeqAlignment, train: list[Batch], method: str, steps: int, se
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
         if out is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 \
                 and step + 1 < steps:
-            run.step = step + 1
-            run.extra.update(avg_baseline=avg, best_valid=best,
-                             train_seconds=trained_before + time.perf_counter() - t0)
-            run.optimizer_state = optimizer.state_dict()
-            run.rng_state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+            snapshot(step + 1)
             run.save(out, complete=False)
-    run.step = steps
-    run.extra.update(avg_baseline=avg, best_valid=best,
-                     train_seconds=trained_before + time.perf_counter() - t0,
-                     ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps - start))
-    run.optimizer_state = optimizer.state_dict()
-    run.rng_state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    snapshot(steps)
+    run.extra["ms_per_step"] = 1000 * (time.perf_counter() - t0) / max(1, steps - start)
     model.eval()
     if out is not None:
         run.save(out)
     return run
+
+
+def _python_rng(state):
+    """random.getstate() as saved (lists, for plain-data checkpoints) back to its tuples."""
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)

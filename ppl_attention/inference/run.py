@@ -1,11 +1,20 @@
 """A run: a trained model with its vocabularies, method and history; saved as a run directory
 (``config.json``, ``checkpoint.pt``, ``metrics.json``, ``learning_curve.png``) that is written
-under a temporary name and renamed when complete, so an interrupted run never looks finished."""
+under a temporary name and renamed when complete, so an interrupted run never looks finished.
+
+A run directory is data, never code: ``checkpoint.pt`` holds tensors, numbers, strings, lists
+and dicts only and is read with ``torch.load(weights_only=True)`` — a checkpoint carrying any
+other pickled object is refused without running it. ``config.json`` names the model's class
+(``"model_class"``: a registry name, ``package.module:Class`` or the file a user's class was
+loaded from); loading imports that class as ``--model`` would, never a file inside the run
+directory.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +22,8 @@ import torch
 
 from ..data.corpus import write_directory_atomically
 from ..data.vocab import Vocab
-from ..models.seq2seq import Seq2SeqAlignment
+from ..errors import UnsafeCheckpoint, UserError
+from ..models.registry import load_model_class, model_spec_of
 from .methods import get_method
 
 COMPLETE = "COMPLETE"
@@ -22,26 +32,35 @@ PARTIAL = "PARTIAL"  # a periodic checkpoint of a run still training: resumable,
 
 @dataclass
 class Run:
-    model: Seq2SeqAlignment  # or an AttentionSeqVAE (method "seq-vae"; src_vocab = tgt_vocab)
+    model: torch.nn.Module
     method: str
-    src_vocab: Vocab
-    tgt_vocab: Vocab
+    src_vocab: Vocab | None = None
+    tgt_vocab: Vocab | None = None
     config: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     step: int = 0
     optimizer_state: dict | None = None
     rng_state: dict | None = None
     extra: dict = field(default_factory=dict)
+    model_spec: str | None = None  # how config.json names the model class
 
     def save(self, path: str | os.PathLike, complete: bool = True) -> Path:
         """Write the run directory atomically: a temporary sibling, then one rename. With
         ``complete=False`` (a periodic checkpoint) it is marked PARTIAL: ``train --resume``
         continues it, ``evaluate`` refuses it."""
+        spec = self.model_spec or model_spec_of(type(self.model))
+        config = {"method": self.method, "model_class": spec, "model": self.model.config,
+                  "train": self.config,
+                  "src_vocab": self.src_vocab.to_list() if self.src_vocab else None,
+                  "tgt_vocab": self.tgt_vocab.to_list() if self.tgt_vocab else None}
+        try:
+            text = json.dumps(config, indent=1)
+        except TypeError as e:
+            raise UserError(f"{type(self.model).__name__}.config must hold JSON values (it "
+                            f"rebuilds the model from a run directory): {e}") from None
+
         def fill(tmp: Path) -> None:
-            (tmp / "config.json").write_text(json.dumps({
-                "method": self.method, "model": self.model.config, "train": self.config,
-                "src_vocab": self.src_vocab.to_list(), "tgt_vocab": self.tgt_vocab.to_list(),
-            }, indent=1))
+            (tmp / "config.json").write_text(text)
             torch.save({"model": self.model.state_dict(), "step": self.step,
                         "optimizer": self.optimizer_state, "rng": self.rng_state,
                         "extra": self.extra}, tmp / "checkpoint.pt")
@@ -54,27 +73,75 @@ class Run:
         return write_directory_atomically(path, fill)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, which: str = "best", partial: bool = False) -> Run:
+    def load(cls, path: str | os.PathLike, which: str = "best", partial: bool = False,
+             model_class=None) -> Run:
         """Load a run directory; ``which="best"`` (for evaluation) takes the best-validation
-        weights where they were kept, ``"last"`` (for resuming) the weights of the last step."""
+        weights where they were kept, ``"last"`` (for resuming) the weights of the last step.
+        ``model_class``: the class to rebuild (default: the one ``config.json`` names)."""
         path = Path(path)
         if not (path / COMPLETE).exists() and not (partial and (path / PARTIAL).exists()):
-            raise ValueError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
-        cfg = json.loads((path / "config.json").read_text())
-        mc = cfg["model"]
-        if cfg["method"] == "seq-vae":
-            from ..models.seq_vae import AttentionSeqVAE
-
-            model = AttentionSeqVAE(**mc)
-        else:
-            method = get_method(cfg["method"])
-            model = Seq2SeqAlignment(family=method.family(mc["hidden"]), **mc)
-        ckpt = torch.load(path / "checkpoint.pt", weights_only=False)
+            raise UserError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
+        cfg = read_config(path)
+        spec = cfg["model_class"]
+        if model_class is None:
+            model_class = _model_class(spec, path)
+        method = get_method(cfg["method"])
+        try:
+            model = model_class(**cfg["model"], family=method.family())
+        except TypeError as e:
+            raise UserError(f"{path}/config.json: the model options do not fit "
+                            f"{model_class.__name__} ({e})") from None
+        ckpt = load_checkpoint(path / "checkpoint.pt")
         extra = ckpt.get("extra") or {}
         best = extra.get("best_model") if which == "best" else None
         model.load_state_dict(best if best is not None else ckpt["model"])
         model.eval()
         history = json.loads((path / "metrics.json").read_text())["history"]
-        return cls(model, cfg["method"], Vocab.from_list(cfg["src_vocab"]),
-                   Vocab.from_list(cfg["tgt_vocab"]), cfg["train"], history, ckpt["step"],
-                   ckpt["optimizer"], ckpt["rng"], extra)
+        vocab = {k: Vocab.from_list(cfg[k]) if cfg.get(k) else None
+                 for k in ("src_vocab", "tgt_vocab")}
+        return cls(model, cfg["method"], vocab["src_vocab"], vocab["tgt_vocab"], cfg["train"],
+                   history, ckpt["step"], ckpt["optimizer"], ckpt["rng"], extra, spec)
+
+
+def read_config(path: Path) -> dict:
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}/config.json: unreadable ({e})") from None
+    missing = [k for k in ("method", "model_class", "model", "train") if k not in cfg]
+    if missing:
+        raise UserError(f"{path}/config.json: no {', '.join(missing)} (not a run directory of "
+                        f"this version)")
+    return cfg
+
+
+def _model_class(spec: str, run_dir: Path):
+    """The class a run directory names; a file inside the run directory is refused (a run
+    directory is data, not code)."""
+    location = spec.rpartition(":")[0]
+    if location.endswith(".py") or "/" in location:
+        file = Path(location).expanduser().resolve()
+        if file.is_relative_to(Path(run_dir).resolve()):
+            raise UnsafeCheckpoint(f"{run_dir}/config.json names a model file inside the run "
+                                   f"directory ({file}); refusing to import it")
+    if location == "__main__":
+        import sys
+
+        cls = getattr(sys.modules.get("__main__"), spec.rpartition(":")[2], None)
+        if cls is None:
+            raise UserError(f"{run_dir}: its model class {spec} was defined in a script; put it "
+                            f"in a file and pass --model path/to/file.py:ClassName")
+        return cls
+    return load_model_class(spec)
+
+
+def load_checkpoint(path: Path) -> dict:
+    """``torch.load`` with ``weights_only=True``: plain data only."""
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsafeCheckpoint(f"{path}: holds pickled objects other than plain data; refusing "
+                               f"to load it ({first[:200]})") from None
+    except (OSError, RuntimeError, EOFError) as e:
+        raise UserError(f"{path}: unreadable checkpoint ({e})") from None

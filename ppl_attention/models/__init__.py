@@ -1,8 +1,12 @@
-"""The Pyro model collection."""
+"""The model collection and the contract every model meets (:mod:`.base`); the registry of
+built-in models (:mod:`.registry`)."""
 
 from .bam_classifier import BAMClassifier
+from .base import AlignmentModel, capabilities, check_model_class
 from .gat import BayesianGAT
+from .registry import MODELS, load_model_class
 from .seq2seq import Seq2SeqAlignment
 from .seq_vae import AttentionSeqVAE
 
-__all__ = ["AttentionSeqVAE", "BAMClassifier", "BayesianGAT", "Seq2SeqAlignment"]
+__all__ = ["AlignmentModel", "AttentionSeqVAE", "BAMClassifier", "BayesianGAT", "MODELS",
+           "Seq2SeqAlignment", "capabilities", "check_model_class", "load_model_class"]

@@ -7,10 +7,11 @@ site (Fan et al. 2020's Bayesian Attention Modules on a plain classifier).
               h = LN(h + Wo(W V));  h = LN(h + FF(h))
     y ~ Categorical(Linear(h_CLS))                                   site "y"
 
-Guide (BAM): each layer's weights from q(W | e), the family's posterior at the *same* scores
-(mean softmax(e)); the prior is the family's (contextual: key-dependent Gamma / LogNormal mean,
-or constant: uniform mean). The attention sites' KL terms are weighted by λ(t) = sigmoid(t·ρ − 6)
-(BAM's annealing) while training. Prediction: ``mode="mean"`` uses the deterministic mean
+Guide (BAM, ``posterior="prior"``): each layer's weights from q(W | e), the family's posterior
+at the *same* scores (mean softmax(e)); the prior is the family's (contextual: key-dependent
+Gamma / LogNormal mean, or constant: uniform mean). The family comes from the method (``soft``,
+``bam-weibull``, ``bam-lognormal``); the attention sites' KL terms are weighted by
+η·sigmoid(t·ρ − 6) (BAM's annealing; this model's defaults η = 10⁻³, ρ = 0.01) while training. Prediction: ``mode="mean"`` uses the deterministic mean
 weights softmax(e) (BAM at test time); ``mode="sample"`` draws the weights from q (posterior
 sampling, for uncertainty).
 """
@@ -24,26 +25,27 @@ import pyro
 import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
-from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from torch import nn
 
 from ..attend import attend
-from ..families import LogNormal, Soft, Weibull, masked_softmax
+from ..core.checks import check_choice
+from ..errors import UserError
+from ..families import Family, make_family, masked_softmax
+from .base import AlignmentModel
 
-__all__ = ["BAMClassifier", "attend_by_mode", "make_attention_family", "train_classifier",
-           "predict_probs"]
+__all__ = ["BAMClassifier", "attend_by_mode", "layer_family", "predict_probs", "label_report"]
+
+BAM_FAMILIES = ("soft", "weibull", "lognormal")
 
 
-def make_attention_family(name: str, prior: str, key_dim: int, k: float = 10.0,
-                          sigma: float = 0.5):
-    """``soft`` | ``weibull`` | ``lognormal`` with a ``contextual`` or ``constant`` prior."""
-    if name == "soft":
-        return Soft()
-    if name == "weibull":
-        return Weibull(k=k, prior=prior, key_dim=key_dim)
-    if name == "lognormal":
-        return LogNormal(sigma=sigma, prior=prior, key_dim=key_dim)
-    raise ValueError(f"attention family must be soft, weibull or lognormal; got {name!r}")
+def layer_family(family, prior: str, key_dim: int) -> Family:
+    """A fresh copy of ``family`` for one attention layer, its BAM prior set to ``prior``
+    (contextual or constant) and its prior network sized for ``key_dim``."""
+    family = make_family(family)
+    cfg = family._config()
+    if "prior" in cfg:
+        cfg["prior"] = check_choice("prior", prior, ("contextual", "constant"))
+    return make_family(type(family), key_dim=key_dim, **cfg)
 
 
 def attend_by_mode(name: str, scores, values, family, mask, keys, mode: str, plates=(),
@@ -66,20 +68,29 @@ def attend_by_mode(name: str, scores, values, family, mask, keys, mode: str, pla
     return ctx
 
 
-class BAMClassifier(nn.Module):
+class BAMClassifier(AlignmentModel):
     """Args: ``n_tokens`` and ``token_dim`` of an input ``[B, n_tokens, token_dim]``,
-    ``n_classes``; ``d`` model width, ``heads``, ``layers``; ``family`` / ``prior`` of every
-    head (see :func:`make_attention_family`)."""
+    ``n_classes``; ``d`` model width, ``heads``, ``layers``; ``family`` of every head (soft,
+    weibull or lognormal; from the method) and its BAM ``prior`` (contextual or constant)."""
+
+    data = "images"
+    posteriors = ("none", "prior")
+    families = BAM_FAMILIES
+    max_plate_nesting = 3
+    training_defaults = {"lr": 3e-3, "steps": 1500, "kl_weight": 1e-3, "anneal_rho": 0.01}
+    option_help = {"d": "model width", "heads": "attention heads per layer",
+                   "layers": "Transformer-encoder layers",
+                   "prior": "BAM prior of the attention weights: contextual or constant"}
 
     def __init__(self, n_tokens: int, token_dim: int, n_classes: int, d: int = 32,
-                 heads: int = 2, layers: int = 2, family: str = "soft",
-                 prior: str = "contextual", k: float = 10.0, sigma: float = 0.5):
+                 heads: int = 2, layers: int = 2, family: Family | str | None = "soft",
+                 prior: str = "contextual"):
         super().__init__()
+        for name, value in (("d", d), ("heads", heads), ("layers", layers)):
+            if not isinstance(value, int) or value < 1:
+                raise UserError(f"{name} must be a positive int, got {value!r}")
         if d % heads:
-            raise ValueError(f"d ({d}) must be divisible by heads ({heads})")
-        self.config = dict(n_tokens=n_tokens, token_dim=token_dim, n_classes=n_classes, d=d,
-                           heads=heads, layers=layers, family=family, prior=prior, k=k,
-                           sigma=sigma)
+            raise UserError(f"d ({d}) must be divisible by heads ({heads})")
         self.heads, self.dh = heads, d // heads
         self.embed = nn.Linear(token_dim, d)
         self.pos = nn.Parameter(0.02 * torch.randn(n_tokens + 1, d))
@@ -90,21 +101,26 @@ class BAMClassifier(nn.Module):
                                 for _ in range(layers))
         self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
         self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
-        self.families = nn.ModuleList(make_attention_family(family, prior, self.dh, k, sigma)
+        self.families = nn.ModuleList(layer_family(family, prior, self.dh)
                                       for _ in range(layers))
         self.head = nn.Linear(d, n_classes)
 
     @property
+    def family(self) -> Family:
+        """The family of every head (each layer holds its own copy)."""
+        return self.families[0]
+
+    @property
     def stochastic(self) -> bool:
-        return not isinstance(self.families[0], Soft)
+        return not self.family.deterministic
 
     def check_input(self, x: torch.Tensor) -> None:
         c = self.config
         if x.dim() != 3 or x.shape[1:] != (c["n_tokens"], c["token_dim"]):
-            raise ValueError(f"input must be [B, {c['n_tokens']}, {c['token_dim']}] "
+            raise UserError(f"input must be [B, {c['n_tokens']}, {c['token_dim']}] "
                              f"(tokens × features), got {list(x.shape)}")
         if not torch.isfinite(x).all():
-            raise ValueError("input has NaN or infinite values")
+            raise UserError("input has NaN or infinite values")
 
     def _plates(self, x):
         """The plates of the attention sites (one object each, reused across layers)."""
@@ -132,8 +148,10 @@ class BAMClassifier(nn.Module):
             h = self.ln2[layer](h + self.ff[layer](h))
         return self.head(h[:, 0])
 
-    def model(self, x, y=None, kl_scale: float = 1.0):
+    def model(self, batch, *, enumerate_z: bool = False, kl_scale: float = 1.0):
+        """p(y, W | x): every head's weights from the family's prior, the class observed."""
         pyro.module("bam_classifier", self)
+        x, y = batch.x, batch.y
         self.check_input(x)
         plates = self._plates(x)
         logits = self.network(x, "model", kl_scale, plates)
@@ -141,43 +159,39 @@ class BAMClassifier(nn.Module):
             pyro.sample("y", dist.Categorical(logits=logits.view(-1, 1, 1, logits.shape[-1])),
                         obs=None if y is None else y.view(-1, 1, 1))
 
-    def guide(self, x, y=None, kl_scale: float = 1.0):
+    def guide(self, batch, *, posterior: str = "prior", enumerate_z: bool = False,
+              kl_scale: float = 1.0, baseline=None):
+        """q(W | x): the family's posterior at the same scores (``posterior="prior"``)."""
         pyro.module("bam_classifier", self)
-        if self.stochastic:
-            self.check_input(x)
-            self.network(x, "guide", kl_scale, self._plates(x))
+        if posterior == "prior" and self.stochastic:
+            self.check_input(batch.x)
+            self.network(batch.x, "guide", kl_scale, self._plates(batch.x))
 
-    def make_elbo(self):
-        """Analytic KLs for the BAM families (TraceMeanField_ELBO), Trace_ELBO for soft."""
-        return TraceMeanField_ELBO(max_plate_nesting=3) if self.stochastic else \
-            Trace_ELBO(max_plate_nesting=3)
+    def extra_report(self, test, samples: int = 20, seed: int = 0) -> dict:
+        """Accuracy with the mean weights, ECE and PAvPU of ``samples`` posterior draws, on the
+        clean and the noisy test images (``test``: the digits data)."""
+        return label_report(lambda x, s: predict_probs(self, x, s, seed),
+                            (("", test.test_x), ("_noisy", test.test_x_noisy)), test.test_y,
+                            samples)
 
 
-def train_classifier(model: BAMClassifier, x, y, steps: int = 1500, batch_size: int = 64,
-                     lr: float = 3e-3, rho: float = 0.01, kl_weight: float = 1.0, seed: int = 0,
-                     progress: bool = False) -> list[float]:
-    """Adam on the annealed ELBO, KL weight η·sigmoid(t·ρ − 6) (η = ``kl_weight``, 1: the
-    ELBO); returns the losses per example."""
-    from tqdm.auto import tqdm
+def label_report(predict, cases, labels, samples: int = 20) -> dict:
+    """``accuracy`` (mean weights), ``ece`` and ``pavpu`` (p < 0.05; also ``pavpu_0.01`` …) of
+    ``samples`` posterior draws per case ``(suffix, inputs)``; ``predict(inputs, n)`` gives class
+    probabilities ``[n, N, C]``."""
+    from ..metrics import PAVPU_THRESHOLDS, expected_calibration_error, pavpu
 
-    pyro.clear_param_store()
-    g = torch.Generator().manual_seed(seed)
-    pyro.set_rng_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    elbo = model.make_elbo()
-    losses = []
-    model.train()
-    for step in tqdm(range(steps), disable=not progress, desc="train", leave=False):
-        idx = torch.randint(0, x.shape[0], (batch_size,), generator=g)
-        kl = kl_weight / (1.0 + math.exp(-(step * rho - 6.0)))
-        opt.zero_grad()
-        loss = elbo.loss_and_grads(lambda a, b, kl=kl: model.model(a, b, kl),
-                                   lambda a, b, kl=kl: model.guide(a, b, kl), x[idx], y[idx])
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
-        losses.append(loss / batch_size)
-    model.eval()
-    return losses
+    if samples < 2:
+        raise UserError(f"--samples must be at least 2 (PAvPU's t-test), got {samples}")
+    out = {"samples": samples}
+    for suffix, x in cases:
+        mean, draws = predict(x, 1), predict(x, samples)
+        out["accuracy" + suffix] = float((mean[0].argmax(-1) == labels).float().mean())
+        out["ece" + suffix] = expected_calibration_error(draws, labels)
+        for t in PAVPU_THRESHOLDS:
+            out[f"pavpu_{t}{suffix}"] = pavpu(draws, labels, t)
+        out["pavpu" + suffix] = out[f"pavpu_0.05{suffix}"]
+    return out
 
 
 @torch.no_grad()

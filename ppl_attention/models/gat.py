@@ -21,23 +21,37 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
 import torch.nn.functional as F
-from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from torch import nn
 
 from ..data.graphs import Graph, check_graph
-from ..families import Soft
-from .bam_classifier import attend_by_mode, make_attention_family
+from ..errors import UserError
+from ..families import Family
+from .base import AlignmentModel
+from .bam_classifier import BAM_FAMILIES, attend_by_mode, label_report, layer_family
 
-__all__ = ["BayesianGAT", "train_gat", "predict_gat"]
+__all__ = ["BayesianGAT", "predict_gat"]
 
 
-class BayesianGAT(nn.Module):
+class BayesianGAT(AlignmentModel):
+    """Args: ``in_dim`` node features, ``n_classes``; ``hidden`` units per head, ``heads`` of the
+    first layer; ``family`` (soft, weibull or lognormal; from the method) and its BAM ``prior``.
+    Trained full-batch (the batch is the graph; the loss is averaged over labelled nodes)."""
+
+    data = "graph"
+    posteriors = ("none", "prior")
+    families = BAM_FAMILIES
+    training_defaults = {"lr": 5e-3, "weight_decay": 5e-4, "clip": 0.0, "steps": 300,
+                         "kl_weight": 1e-3, "anneal_rho": 0.05}
+    option_help = {"hidden": "units per head", "heads": "heads of the first layer",
+                   "prior": "BAM prior of the attention weights: contextual or constant"}
+
     def __init__(self, in_dim: int, n_classes: int, hidden: int = 8, heads: int = 4,
-                 family: str = "soft", prior: str = "contextual", k: float = 10.0,
-                 sigma: float = 0.5):
+                 family: Family | str | None = "soft", prior: str = "contextual"):
         super().__init__()
-        self.config = dict(in_dim=in_dim, n_classes=n_classes, hidden=hidden, heads=heads,
-                           family=family, prior=prior, k=k, sigma=sigma)
+        for name, value in (("hidden", hidden), ("heads", heads)):
+            if not isinstance(value, int) or value < 1:
+                raise UserError(f"{name} must be a positive int, got {value!r}")
+        self.in_dim = in_dim
         self.layer_heads = (heads, 1)
         dims = ((in_dim, hidden), (hidden * heads, n_classes))
         self.W = nn.ModuleList(nn.Linear(i, o * h, bias=False)
@@ -46,19 +60,22 @@ class BayesianGAT(nn.Module):
                                       for (_, o), h in zip(dims, self.layer_heads))
         self.a_dst = nn.ParameterList(nn.Parameter(0.1 * torch.randn(h, o))
                                       for (_, o), h in zip(dims, self.layer_heads))
-        self.families = nn.ModuleList(make_attention_family(family, prior, o, k, sigma)
-                                      for _, o in dims)
+        self.families = nn.ModuleList(layer_family(family, prior, o) for _, o in dims)
+
+    @property
+    def family(self) -> Family:
+        return self.families[0]
 
     @property
     def stochastic(self) -> bool:
-        return not isinstance(self.families[0], Soft)
+        return not self.family.deterministic
 
     def network(self, g: Graph, mode: str, kl_scale: float = 1.0) -> torch.Tensor:
         """Node logits ``[N, C]``; ``mode`` as :meth:`BAMClassifier.network`."""
         check_graph(g)
-        if g.features.shape[1] != self.config["in_dim"]:
-            raise ValueError(f"features have {g.features.shape[1]} columns; this model takes "
-                             f"{self.config['in_dim']}")
+        if g.features.shape[1] != self.in_dim:
+            raise UserError(f"features have {g.features.shape[1]} columns; this model takes "
+                            f"{self.in_dim}")
         n = g.features.shape[0]
         nbr = g.adjacency.bool() | torch.eye(n, dtype=torch.bool)
         x = g.features
@@ -77,44 +94,28 @@ class BayesianGAT(nn.Module):
             x = F.elu(out.transpose(0, 1).reshape(n, -1)) if layer == 0 else out[0]
         return x
 
-    def model(self, g: Graph, kl_scale: float = 1.0):
+    def model(self, g: Graph, *, enumerate_z: bool = False, kl_scale: float = 1.0):
+        """p(labels, W | features): the attention weights from the family's prior, the
+        labelled nodes' classes observed."""
         pyro.module("gat", self)
         logits = self.network(g, "model", kl_scale)
         idx = g.train_mask.nonzero().squeeze(-1)
         with pyro.plate("labelled", idx.numel()):
             pyro.sample("y", dist.Categorical(logits=logits[idx]), obs=g.labels[idx])
 
-    def guide(self, g: Graph, kl_scale: float = 1.0):
+    def guide(self, g: Graph, *, posterior: str = "prior", enumerate_z: bool = False,
+              kl_scale: float = 1.0, baseline=None):
         pyro.module("gat", self)
-        if self.stochastic:
+        if posterior == "prior" and self.stochastic:
             self.network(g, "guide", kl_scale)
 
-    def make_elbo(self):
-        return TraceMeanField_ELBO(max_plate_nesting=2) if self.stochastic else \
-            Trace_ELBO(max_plate_nesting=2)
-
-
-def train_gat(model: BayesianGAT, g: Graph, steps: int = 300, lr: float = 5e-3,
-              weight_decay: float = 5e-4, rho: float = 0.05, kl_weight: float = 1.0,
-              seed: int = 0) -> list[float]:
-    """Adam on the annealed ELBO of the labelled nodes, KL weight η·sigmoid(t·ρ − 6) (η =
-    ``kl_weight``; 1 is the ELBO — BAM tunes η because the attention KLs of every node outweigh
-    the few labelled nodes' likelihood)."""
-    pyro.clear_param_store()
-    pyro.set_rng_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    elbo = model.make_elbo()
-    losses = []
-    model.train()
-    for step in range(steps):
-        kl = kl_weight / (1.0 + math.exp(-(step * rho - 6.0)))
-        opt.zero_grad()
-        loss = elbo.loss_and_grads(lambda gg, kl=kl: model.model(gg, kl),
-                                   lambda gg, kl=kl: model.guide(gg, kl), g)
-        opt.step()
-        losses.append(loss / max(1, int(g.train_mask.sum())))
-    model.eval()
-    return losses
+    def extra_report(self, test, samples: int = 20, seed: int = 0) -> dict:
+        """Accuracy, ECE and PAvPU on the unlabelled nodes of the clean and the noisy graph
+        (``test``: the pair (graph, noisy graph))."""
+        g, noisy = test
+        te = g.test_mask
+        return label_report(lambda graph, s: predict_gat(self, graph, s, seed)[:, te],
+                            (("", g), ("_noisy", noisy)), g.labels[te], samples)
 
 
 @torch.no_grad()

@@ -33,34 +33,50 @@ import torch
 from torch import nn
 
 from ..attend import attend
-from ..families import Categorical, Family, GaussianContext, masked_softmax
-from ..scores import BilinearScore, make_score
+from ..errors import UserError
+from ..families import FAMILIES, Family, GaussianContext, make_family, masked_softmax
+from ..scores import SCORES, BilinearScore, make_score
+from .base import AlignmentModel
 
 __all__ = ["Seq2SeqAlignment"]
 
 SITE = "align"
 
 
-class Seq2SeqAlignment(nn.Module):
+class Seq2SeqAlignment(AlignmentModel):
     """Args: vocabulary sizes, ``hidden`` (h), ``embed`` (defaults to h), ``score`` (name in
-    :data:`ppl_attention.scores.SCORES`), ``family`` (the alignment family the model samples),
-    ``q_prior`` (add the prior's logits to the inference network's; see the module docstring),
-    ``encoder_layers`` (stacked BiLSTM layers of the source encoder, dropout between them)."""
+    :data:`ppl_attention.scores.SCORES`), ``family`` (the alignment family the model samples: an
+    instance or a name; default categorical), ``dropout`` (on embeddings and the output layer's
+    input), ``q_prior`` (add the prior's logits to the inference network's; see the module
+    docstring), ``encoder_layers`` (stacked BiLSTM layers of the source encoder, dropout between
+    them)."""
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 256, embed: int | None = None,
-                 score: str = "additive", family: Family | None = None, dropout: float = 0.0,
-                 q_prior: bool = True, encoder_layers: int = 1):
+    families = tuple(FAMILIES)  # every family, the Markov chain included (sequential sites)
+    numpyro_twin = "ppl_attention.numpyro.models.seq2seq:Seq2SeqAlignment"
+    option_help = {"hidden": "encoder/decoder width (even: a bidirectional encoder)",
+                   "embed": "embedding size (default: hidden)",
+                   "score": f"attention score: {', '.join(SCORES)}",
+                   "dropout": "dropout on embeddings and the output layer's input",
+                   "q_prior": "add the prior's logits to the inference network's (var-attn's "
+                              "plain q without it)",
+                   "encoder_layers": "stacked BiLSTM layers of the source encoder"}
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 64, embed: int | None = None,
+                 score: str = "additive", family: Family | str | None = "categorical",
+                 dropout: float = 0.0, q_prior: bool = True, encoder_layers: int = 1):
         super().__init__()
-        if hidden % 2:
-            raise ValueError(f"hidden must be even (a bidirectional encoder), got {hidden}")
+        if not isinstance(hidden, int) or hidden < 2 or hidden % 2:
+            raise UserError(f"hidden must be an even int ≥ 2 (a bidirectional encoder), "
+                            f"got {hidden!r}")
         embed = embed or hidden
-        if encoder_layers < 1:
-            raise ValueError(f"encoder_layers must be at least 1, got {encoder_layers}")
-        self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
-                           score=score, dropout=dropout, q_prior=q_prior,
-                           encoder_layers=encoder_layers)
+        if not isinstance(encoder_layers, int) or encoder_layers < 1:
+            raise UserError(f"encoder_layers must be at least 1, got {encoder_layers!r}")
+        if score not in SCORES:
+            raise UserError(f"unknown score {score!r}; valid: {', '.join(SCORES)}")
+        if not 0.0 <= dropout < 1.0:
+            raise UserError(f"dropout must be in [0, 1), got {dropout}")
         self.q_prior = q_prior
-        self.family = family if family is not None else Categorical()
+        self.family = make_family(family, key_dim=hidden)
         self.src_emb = nn.Embedding(src_vocab, embed)
         self.tgt_emb = nn.Embedding(tgt_vocab, embed)
         self.encoder = nn.LSTM(embed, hidden // 2, num_layers=encoder_layers, batch_first=True,
@@ -208,6 +224,75 @@ class Seq2SeqAlignment(nn.Module):
             return grad.masked_fill(~batch.tgt_mask.unsqueeze(-1), 0.0)
         log_prior, emis = self.prior_and_emissions(batch)
         return (log_prior + emis).softmax(-1)
+
+    def posterior_samples(self, batch, num_samples: int, generator=None) -> torch.Tensor:
+        """Exact draws of the alignment from p(z | x, y), source positions ``[K, B, T]``: per
+        position from the marginals (the z_t are independent given x, y), or by forward
+        filtering–backward sampling for the Markov family."""
+        if self.markov:
+            H = self.encode(batch.src, batch.src_mask)
+            h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+            emis = self.emission_table(h, H, batch.tgt_out).masked_fill(
+                ~batch.src_mask.unsqueeze(1), -torch.inf)
+            return self.family.sample_posterior(e, batch.src_mask, emis, batch.tgt_mask,
+                                                num_samples, generator)
+        post = self.exact_posterior(batch)
+        B, T, S = post.shape
+        idx = torch.multinomial(post.reshape(-1, S), num_samples, replacement=True,
+                                generator=generator)
+        return idx.T.reshape(num_samples, B, T)
+
+    def alignment_log_likelihood(self, batch, z: torch.Tensor) -> torch.Tensor:
+        """log p(y_t | h_t, H_{z_t}) at alignment draws ``z [K, B, T]`` → ``[K, B, T]`` (0 on
+        padded targets): one emission table, indexed."""
+        H = self.encode(batch.src, batch.src_mask)
+        h, _, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+        emis = self.emission_table(h, H, batch.tgt_out)
+        ll = emis.expand(z.shape[0], *emis.shape).gather(-1, z.unsqueeze(-1)).squeeze(-1)
+        return ll.masked_fill(~batch.tgt_mask, 0.0)
+
+    def prior_probs(self, batch) -> torch.Tensor:
+        """p(z_t = j | x, y<t) ``[B, T, S]``: softmax of the prior scores, or for the Markov
+        family the chain's marginal at t (the forward recursion without emissions)."""
+        H = self.encode(batch.src, batch.src_mask)
+        _, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
+        mask = batch.src_mask.unsqueeze(1).expand(e.shape)
+        if self.markov:
+            flat = torch.zeros_like(e).masked_fill(~mask, -torch.inf)
+            _, filters = self.family.forward_log_likelihood(e, batch.src_mask, flat,
+                                                            batch.tgt_mask)
+            return filters.exp().masked_fill(~mask, 0.0)
+        return masked_softmax(e, mask)
+
+    # --- predictive (decoding) -----------------------------------------------------------------
+    def start_decoding(self, src: torch.Tensor, src_mask: torch.Tensor) -> dict:
+        """The decoding state of one source ``src [1, S]``: its encoder states, their projected
+        keys, the decoder state and (Markov family) the forward filter, for one hypothesis."""
+        H = self.encode(src, src_mask)
+        return {"H": H, "mask": src_mask, "keys": self.score.project_keys(H),
+                "state": self.initial_state(H), "log_filter": None, "joint": None}
+
+    def decoding_step(self, st: dict, prev: torch.Tensor):
+        """log p(y_t = · | x, y<t) ``[k, V]`` for the k live hypotheses whose last tokens are
+        ``prev [k]`` (the exact predictive for categorical and Markov alignments), and the new
+        state."""
+        k = prev.shape[0]
+        H, mask = st["H"].expand(k, -1, -1), st["mask"].expand(k, -1)
+        keys = st["keys"].expand(k, *st["keys"].shape[1:])
+        state, e = self.decoder_step(H, mask, self.tgt_emb(prev), st["state"], keys)
+        st = dict(st, state=state)
+        if self.markov:
+            logp, st["joint"] = self.markov_predictive(H, mask, state, e, st["log_filter"])
+            return logp, st
+        return self.predictive_log_probs(H, mask, state, e), st
+
+    def keep_hypotheses(self, st: dict, rows: torch.Tensor, tokens: torch.Tensor) -> dict:
+        """Hypothesis ``rows[i]`` continued by ``tokens[i]`` becomes live hypothesis i."""
+        st = dict(st, state=tuple(x[rows] for x in st["state"]))
+        if st["joint"] is not None:
+            picked = st["joint"][rows, :, tokens]  # [k', S]
+            st["log_filter"] = picked - picked.logsumexp(-1, keepdim=True)
+        return st
 
     def soft_token_log_likelihood(self, batch) -> torch.Tensor:
         """log p(y_t | h_t, c̄_t) of the deterministic soft-attention model, ``[B, T]``."""

@@ -22,9 +22,11 @@ bidirectional GRU or a Transformer encoder (multi-head self-attention, sinusoida
 Decoder ``"transformer"``: masked self-attention + cross-attention to ``z_slots`` vectors made
 from z (or to H with memory "encoder"); its attention is soft (no alignment site).
 
-Objective (:meth:`loss_and_grads`): Trace_ELBO (TraceEnum_ELBO when a categorical alignment is
-enumerated exactly) with the KL weight β(step) on the z site (KL annealing, linear or sigmoid)
-and free bits: the KL term becomes Σ_d max(KL_d, λ) (Kingma et al. 2016), implemented as the
+Objective: the method's ELBO (``soft``: Trace_ELBO; ``exact``: TraceEnum_ELBO, a categorical
+alignment enumerated exactly; ``bam-weibull`` / ``bam-lognormal``: the alignment drawn in the
+guide from the family's posterior at the decoder's own scores), with the KL weight β(step) on
+the z site (``kl_anneal`` linear or sigmoid over ``anneal_steps``; :meth:`step_arguments`) and
+free bits: the KL term becomes Σ_d max(KL_d, λ) (Kingma et al. 2016), implemented as the
 analytic correction Σ_d relu(λ − KL_d) added to log q — in expectation exactly the free-bits
 objective, and no gradient pushes a dimension's KL below λ. Word dropout replaces decoder
 inputs by <unk> with probability p while training (Bowman et al. 2016).
@@ -34,19 +36,19 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 
 import pyro
 import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
 import torch.nn.functional as F
-from pyro.infer import Trace_ELBO, TraceEnum_ELBO
 from torch import nn
 
 from ..attend import attend
-from ..families import Family, Soft, make_family
+from ..errors import UserError
+from ..families import Family, make_family
 from ..scores import make_score
+from .base import AlignmentModel
 
 __all__ = ["AttentionSeqVAE", "kl_normal_per_dim", "free_bits_kl", "ANNEALING"]
 
@@ -75,6 +77,10 @@ ANNEALING = {
 }
 
 
+def _scaled(scale):
+    return poutine.scale(scale=scale) if scale != 1.0 else contextlib.nullcontext()
+
+
 class _PositionalEncoding(nn.Module):
     """Sinusoidal positions (Vaswani et al. 2017, §3.5) added to ``[B, L, d]``."""
 
@@ -89,12 +95,12 @@ class _PositionalEncoding(nn.Module):
 
     def forward(self, x):
         if x.shape[1] > self.pe.shape[0]:
-            raise ValueError(f"sequence of {x.shape[1]} positions exceeds the positional "
+            raise UserError(f"sequence of {x.shape[1]} positions exceeds the positional "
                              f"encoding's {self.pe.shape[0]}")
         return x + self.pe[: x.shape[1]]
 
 
-class AttentionSeqVAE(nn.Module):
+class AttentionSeqVAE(AlignmentModel):
     """Args: ``vocab`` size; ``hidden`` (h); ``latent`` (d); ``embed`` (default h);
     ``encoder`` ∈ {gru, transformer}; ``decoder`` ∈ {gru, transformer}; ``attention`` ∈ {none,
     additive, bilinear} (the GRU decoder's score; "bilinear" is Luong's multiplicative);
@@ -102,41 +108,53 @@ class AttentionSeqVAE(nn.Module):
     alignment family (default Soft; a Categorical alignment is enumerated exactly); ``heads``,
     ``layers``: Transformer sizes; ``z_slots``: memory vectors the Transformer decoder makes
     from z; ``word_dropout``; ``free_bits`` (λ, nats per dimension); ``max_len``: the longest
-    sequence accepted (tokens, without <eos>)."""
+    sequence accepted (tokens, without <eos>); ``kl_anneal`` ∈ ANNEALING and ``anneal_steps``:
+    the KL weight β(step) on z."""
+
+    data = "sequences"
+    latents = ("z",)
+    posteriors = ("none", "prior")  # the alignment's guide, if any, is the family's posterior
+    families = ("soft", "categorical", "weibull", "lognormal")  # at the decoder's own scores
+    training_defaults = {"lr": 3e-3}
+    option_help = {"latent": "dimensions of z", "attention": "the GRU decoder's attention "
+                   "score: none, additive, bilinear", "memory": "attend over the decoder's past "
+                   "states (decoder: a generative model) or the encoder states of x (leaky)",
+                   "free_bits": "KL floor λ per dimension of z", "max_len": "longest sequence "
+                   "(tokens)", "kl_anneal": "KL annealing of z: none, linear, sigmoid"}
 
     def __init__(self, vocab: int, hidden: int = 128, latent: int = 16, embed: int | None = None,
                  encoder: str = "gru", decoder: str = "gru", attention: str = "additive",
                  memory: str = "decoder", z_input: str = "both", family: Family | str | None = None,
                  heads: int = 4, layers: int = 1, z_slots: int = 4, word_dropout: float = 0.0,
-                 free_bits: float = 0.0, max_len: int = 64):
+                 free_bits: float = 0.0, max_len: int = 64, kl_anneal: str = "none",
+                 anneal_steps: int = 1000):
         super().__init__()
+        if kl_anneal not in ANNEALING:
+            raise UserError(f"kl_anneal must be one of {', '.join(ANNEALING)}; got {kl_anneal!r}")
+        if not isinstance(anneal_steps, int) or anneal_steps < 1:
+            raise UserError(f"anneal_steps must be a positive int, got {anneal_steps!r}")
         for name, value, valid in (("encoder", encoder, ENCODERS), ("decoder", decoder, DECODERS),
                                    ("attention", attention, ATTENTION),
                                    ("memory", memory, MEMORIES), ("z_input", z_input, Z_INPUTS)):
             if value not in valid:
-                raise ValueError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
+                raise UserError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
         for name, value in (("hidden", hidden), ("latent", latent), ("heads", heads),
                             ("layers", layers), ("z_slots", z_slots), ("max_len", max_len)):
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise UserError(f"{name} must be a positive int, got {value!r}")
         if hidden % 2 or hidden % heads:
-            raise ValueError(f"hidden ({hidden}) must be even and divisible by heads ({heads})")
+            raise UserError(f"hidden ({hidden}) must be even and divisible by heads ({heads})")
         if not 0.0 <= word_dropout < 1.0:
-            raise ValueError(f"word_dropout must be in [0, 1), got {word_dropout}")
+            raise UserError(f"word_dropout must be in [0, 1), got {word_dropout}")
         if free_bits < 0:
-            raise ValueError(f"free_bits must be ≥ 0, got {free_bits}")
-        self.family = make_family(family) if family is not None else Soft()
-        if decoder == "transformer" and not isinstance(self.family, Soft):
-            raise ValueError("the Transformer decoder's attention is soft multi-head attention; "
-                             "an alignment family needs decoder='gru'")
-        if attention == "none" and not isinstance(self.family, Soft):
-            raise ValueError("an alignment family needs attention (additive or bilinear)")
+            raise UserError(f"free_bits must be ≥ 0, got {free_bits}")
+        self.family = make_family(family, key_dim=hidden)
+        if decoder == "transformer" and not self.family.deterministic:
+            raise UserError("the Transformer decoder's attention is soft multi-head attention; "
+                            "an alignment family needs decoder='gru'")
+        if attention == "none" and not self.family.deterministic:
+            raise UserError("an alignment family needs attention (additive or bilinear)")
         embed = embed or hidden
-        self.config = dict(vocab=vocab, hidden=hidden, latent=latent, embed=embed,
-                           encoder=encoder, decoder=decoder, attention=attention, memory=memory,
-                           z_input=z_input, family=self.family.name, heads=heads, layers=layers,
-                           z_slots=z_slots, word_dropout=word_dropout, free_bits=free_bits,
-                           max_len=max_len)
         self.hidden, self.latent = hidden, latent
         self.emb = nn.Embedding(vocab, embed)
         if encoder == "gru":
@@ -185,11 +203,11 @@ class AttentionSeqVAE(nn.Module):
         lengths = batch.src_mask.sum(-1)
         if batch.src.shape[1] == 0 or bool((lengths == 0).any()):
             bad = [int(i) for i in batch.index[lengths == 0]] if batch.src.shape[1] else []
-            raise ValueError(f"empty sequence(s) at corpus index {bad}: a sequence VAE needs "
+            raise UserError(f"empty sequence(s) at corpus index {bad}: a sequence VAE needs "
                              "at least one token")
         if int(lengths.max()) > self.config["max_len"]:
             i = int(batch.index[int(lengths.argmax())])
-            raise ValueError(f"sequence at corpus index {i} has {int(lengths.max())} tokens, more "
+            raise UserError(f"sequence at corpus index {i} has {int(lengths.max())} tokens, more "
                              f"than max_len={self.config['max_len']} (truncate the data or "
                              "raise --max-len)")
 
@@ -287,8 +305,8 @@ class AttentionSeqVAE(nn.Module):
             ll = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
         else:
             memory, e, mask = self.memory_and_scores(states, H, batch.src_mask, T)
-            if isinstance(self.family, Soft):
-                w = torch.where(mask, e, torch.full_like(e, -torch.inf)).softmax(-1)
+            if self.family.deterministic:
+                w = self.family.deterministic_weights(e, mask)
                 logp = self.output_logits(states, z, w @ memory).log_softmax(-1)
                 ll = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
             elif self.family.enumerable:
@@ -301,31 +319,31 @@ class AttentionSeqVAE(nn.Module):
                 emis = logp.gather(-1, idx).squeeze(-1)
                 ll = (log_prior + emis).masked_fill(~mask, -torch.inf).logsumexp(-1)
             else:
-                raise ValueError(f"log p(x | z) has no closed form for the {self.family.name} "
+                raise UserError(f"log p(x | z) has no closed form for the {self.family.name} "
                                  "alignment family; use the ELBO")
         return ll.masked_fill(~batch.tgt_mask, 0.0)
 
     # --- probabilistic program ---------------------------------------------------------------
-    def model(self, batch, kl_scale: float = 1.0):
-        """p(x, z, a): z ~ N(0, I), alignments (if a family samples them), tokens observed."""
+    def model(self, batch, *, enumerate_z: bool = False, kl_scale: float = 1.0,
+              beta: float = 1.0):
+        """p(x, z, a): z ~ N(0, I) (its log-density scaled by ``beta``), alignments (if a family
+        samples them; enumerated when ``enumerate_z``, scaled by ``kl_scale``), tokens observed."""
         pyro.module("seq_vae", self)
         B, T = batch.tgt_out.shape
         H = self.encode(batch)[0] if self.config["memory"] == "encoder" else None
         with pyro.plate("batch", B, dim=-2):
-            scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
-            with scale:
+            with _scaled(beta):
                 loc = torch.zeros(B, 1, self.latent)
                 z = pyro.sample("z", dist.Normal(loc, 1.0).to_event(1)).squeeze(-2)
             plate_t = pyro.plate("target", T, dim=-1)
-            if (self.config["decoder"] == "gru" and self.config["attention"] != "none"
-                    and not isinstance(self.family, Soft)):
+            if self._samples_alignment:
                 states = self.decoder_states(z, batch.tgt_in, H, batch.src_mask)
                 memory, e, mask = self.memory_and_scores(states, H, batch.src_mask, T)
-                enum = self.family.enumerable
                 with plate_t:
-                    ctx, _ = attend("align", e, memory, self.family, mask=mask, keys=memory,
-                                    target_mask=None if enum else batch.tgt_mask,
-                                    infer={"enumerate": "parallel"} if enum else None)
+                    with _scaled(kl_scale):
+                        ctx, _ = attend("align", e, memory, self.family, mask=mask, keys=memory,
+                                        target_mask=None if enumerate_z else batch.tgt_mask,
+                                        infer={"enumerate": "parallel"} if enumerate_z else None)
                     logits = self.output_logits(states, z, ctx)  # enum dims broadcast
                     with poutine.mask(mask=batch.tgt_mask):
                         pyro.sample("x", dist.Categorical(logits=logits), obs=batch.tgt_out)
@@ -334,43 +352,54 @@ class AttentionSeqVAE(nn.Module):
                 with plate_t:
                     pyro.factor("x", ll)
 
-    def guide(self, batch, kl_scale: float = 1.0, use_free_bits: bool = True):
-        """q(z | x) = N(μ(x), σ(x)); for a sampled (non-enumerated) alignment family also
-        q(a | x, z) = the family's posterior from the decoder's scores (BAM's choice)."""
+    @property
+    def _samples_alignment(self) -> bool:
+        return (self.config["decoder"] == "gru" and self.config["attention"] != "none"
+                and not self.family.deterministic)
+
+    def guide(self, batch, *, posterior: str = "none", enumerate_z: bool = False,
+              kl_scale: float = 1.0, baseline=None, beta: float = 1.0,
+              use_free_bits: bool = True):
+        """q(z | x) = N(μ(x), σ(x)); with ``posterior="prior"`` also q(a | x, z) = the family's
+        posterior at the decoder's own scores (BAM's choice; enumerated when ``enumerate_z``)."""
         pyro.module("seq_vae", self)
         B, T = batch.tgt_out.shape
         H, mu, sigma = self.encode(batch)
         with pyro.plate("batch", B, dim=-2):
-            scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
-            with scale:
+            with _scaled(beta):
                 z = pyro.sample("z", dist.Normal(mu.unsqueeze(-2), sigma.unsqueeze(-2))
                                 .to_event(1)).squeeze(-2)
             fb = self.config["free_bits"] if use_free_bits else 0.0
             if fb > 0:
                 # log q += Σ_d relu(λ − KL_d): the ELBO's KL term becomes Σ_d max(KL_d, λ)
                 gap = (fb - kl_normal_per_dim(mu, sigma)).clamp(min=0.0).sum(-1)
-                pyro.factor("free_bits", (kl_scale * gap).unsqueeze(-1), has_rsample=True)
-            if (self.config["decoder"] == "gru" and self.config["attention"] != "none"
-                    and not isinstance(self.family, Soft) and not self.family.enumerable):
+                pyro.factor("free_bits", (beta * gap).unsqueeze(-1), has_rsample=True)
+            if posterior == "prior" and self._samples_alignment:
                 states = self.decoder_states(z, batch.tgt_in, H, batch.src_mask)
                 memory, e, mask = self.memory_and_scores(states, H, batch.src_mask, T)
-                with pyro.plate("target", T, dim=-1):
+                infer = {"enumerate": "parallel"} if enumerate_z else {}
+                if baseline is not None:
+                    infer["baseline"] = {"baseline_value": baseline}
+                with pyro.plate("target", T, dim=-1), _scaled(kl_scale):
                     attend("align", e, memory, self.family, mask=mask, keys=memory, guide=True,
-                           target_mask=batch.tgt_mask)
+                           target_mask=batch.tgt_mask, infer=infer or None)
 
-    # --- training ----------------------------------------------------------------------------
-    def make_elbo(self):
-        if self.enumerate_alignment:
-            return TraceEnum_ELBO(max_plate_nesting=2)
-        return Trace_ELBO(max_plate_nesting=2)
+    # --- training and evaluation -------------------------------------------------------------
+    def step_arguments(self, step: int) -> dict:
+        """β(step) of the z site's KL annealing, for model and guide at that step."""
+        return {"beta": ANNEALING[self.config["kl_anneal"]](step, self.config["anneal_steps"])}
 
-    def loss_and_grads(self, elbo, batch, kl_scale: float = 1.0) -> float:
-        """One estimate of the (annealed, free-bits) −ELBO summed over the batch; gradients on
-        the parameters."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "TraceEnum_ELBO found no sample sites")
-            return float(elbo.loss_and_grads(lambda b: self.model(b, kl_scale),
-                                             lambda b: self.guide(b, kl_scale), batch))
+    def validation_loss(self, batches) -> float:
+        """−ELBO/token at β = 1 without free bits (one draw of z)."""
+        from .seq_vae_diagnostics import elbo_per_token
+
+        return -elbo_per_token(self, batches)
+
+    def extra_report(self, batches, iwae_k: int = 100, seed: int = 0) -> dict:
+        """Posterior-collapse diagnostics (:mod:`ppl_attention.models.seq_vae_diagnostics`)."""
+        from .seq_vae_diagnostics import latent_diagnostics
+
+        return latent_diagnostics(self, batches, iwae_k=iwae_k, seed=seed)
 
     # --- generation --------------------------------------------------------------------------
     @torch.no_grad()
@@ -379,7 +408,7 @@ class AttentionSeqVAE(nn.Module):
                  forbid: tuple[int, ...] = ()) -> list[list[int]]:
         """Token ids for each z ``[N, d]`` (greedy, or ancestral sampling), decoder memory only."""
         if not self.generative:
-            raise ValueError("memory='encoder' reads x through its encoder states: it has no "
+            raise UserError("memory='encoder' reads x through its encoder states: it has no "
                              "prior samples")
         max_len = max_len or self.config["max_len"]
         N = z.shape[0]
@@ -391,8 +420,9 @@ class AttentionSeqVAE(nn.Module):
             if self.config["decoder"] == "gru" and self.config["attention"] != "none":
                 memory, e, mask = self.memory_and_scores(states, None, None, T)
                 log_prior = torch.where(mask, e, torch.full_like(e, -torch.inf)).log_softmax(-1)
-                if isinstance(self.family, Soft):
-                    logp = self.output_logits(states, z, log_prior.exp() @ memory).log_softmax(-1)
+                if self.family.deterministic:
+                    w = self.family.deterministic_weights(e, mask)
+                    logp = self.output_logits(states, z, w @ memory).log_softmax(-1)
                 else:  # the exact predictive Σ_j p(a_t = j) p(x_t | a_t = j), or the mean
                     s = states[..., 1:, :].unsqueeze(-2)
                     pre = self.W_s(s) + self.W_z(z)[:, None, None] + self.W_c(memory).unsqueeze(-3)

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from ..families import _positive
+from ..core.families import FAMILY_SPECS, FamilySpec
+from ..errors import UserError
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
@@ -44,12 +45,29 @@ def _normalize(s, mask):
 
 
 class Family:
-    """Base contract (see :class:`ppl_attention.families.Family`)."""
+    """Base contract (see :class:`ppl_attention.families.Family`); traits and parameters from
+    the same spec (:mod:`ppl_attention.core.families`)."""
 
+    spec: FamilySpec | None = None
     name: str = ""
     reparameterized: bool = False
     enumerable: bool = False
     deterministic: bool = False
+    normalizes: bool = False
+    markov: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("spec")
+        if spec is not None:
+            cls.name = spec.name
+            for trait, value in spec.traits.items():
+                setattr(cls, trait, value)
+
+    def _configure(self, **kwargs) -> dict:
+        cfg = self.spec.validate(**kwargs) if self.spec is not None else dict(kwargs)
+        self._cfg = cfg
+        return cfg
 
     def init(self, key) -> Params:
         return {}
@@ -71,7 +89,7 @@ class Family:
         return value @ values
 
     def _config(self) -> dict:
-        return {}
+        return dict(getattr(self, "_cfg", {}))
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
@@ -79,8 +97,7 @@ class Family:
 
 
 class Soft(Family):
-    name = "soft"
-    deterministic = True
+    spec = FAMILY_SPECS["soft"]
 
     def prior(self, scores, mask, keys, values, params=None):
         return None
@@ -93,8 +110,7 @@ class Categorical(Family):
     """z_t ∈ {0..S−1}, p(z_t = s) = softmax(scores_t)_s; context ``one_hot(z) @ values`` so
     enumerated dims broadcast; the weights are the index z."""
 
-    name = "categorical"
-    enumerable = True
+    spec = FAMILY_SPECS["categorical"]
 
     def prior(self, scores, mask, keys, values, params=None):
         return dist.Categorical(logits=masked_log_softmax(scores, mask))
@@ -107,14 +123,10 @@ class Categorical(Family):
 
 
 class RelaxedCategorical(Family):
-    name = "relaxed-categorical"
-    reparameterized = True
+    spec = FAMILY_SPECS["relaxed-categorical"]
 
     def __init__(self, temperature: float = 0.5):
-        self.temperature = _positive("temperature", temperature)
-
-    def _config(self):
-        return {"temperature": self.temperature}
+        self.temperature = self._configure(temperature=temperature)["temperature"]
 
     def prior(self, scores, mask, keys, values, params=None):
         return MaskedRelaxedCategorical(self.temperature, scores, mask)
@@ -126,15 +138,11 @@ class RelaxedCategorical(Family):
 class Dirichlet(Family):
     """Prior Dirichlet(α₀·softmax(scores) + ε); posterior Dirichlet(softplus(q-scores) + ε)."""
 
-    name = "dirichlet"
-    reparameterized = True
+    spec = FAMILY_SPECS["dirichlet"]
 
     def __init__(self, concentration: float = 1.0, eps: float = 1e-3):
-        self.concentration = _positive("concentration", concentration)
-        self.eps = _positive("eps", eps)
-
-    def _config(self):
-        return {"concentration": self.concentration, "eps": self.eps}
+        cfg = self._configure(concentration=concentration, eps=eps)
+        self.concentration, self.eps = cfg["concentration"], cfg["eps"]
 
     def prior(self, scores, mask, keys, values, params=None):
         return MaskedDirichlet(self.concentration * masked_softmax(scores, mask) + self.eps, mask)
@@ -147,14 +155,8 @@ class _BayesianAttention(Family):
     """Contextual prior mean m = softmax_keys(f(k)), f = Linear(dk, d_mid)–ReLU–Linear(d_mid, 1)
     (Fan et al. 2020, §3.3), or uniform (``prior="constant"``)."""
 
-    reparameterized = True
-
-    def __init__(self, prior: str = "contextual", d_mid: int = 10, key_dim: int | None = None):
-        if prior not in ("contextual", "constant"):
-            raise ValueError(f"prior must be 'contextual' or 'constant', got {prior!r}")
-        if not isinstance(d_mid, int) or d_mid < 1:
-            raise ValueError(f"d_mid must be a positive int, got {d_mid!r}")
-        self.prior_kind, self.d_mid, self.key_dim = prior, d_mid, key_dim
+    def _init_prior(self, cfg: dict, key_dim: int | None) -> None:
+        self.prior_kind, self.d_mid, self.key_dim = cfg["prior"], cfg["d_mid"], key_dim
 
     def init(self, key) -> Params:
         if self.prior_kind == "constant":
@@ -177,8 +179,6 @@ class _BayesianAttention(Family):
             key_scores = linear(params, "prior_net.2", hidden)[..., 0]
         return masked_softmax(key_scores[..., None, :], mask)
 
-    normalizes = True  # the context is (S / Σ_unmasked S) @ values, as on the torch side
-
     def weights(self, value, scores, mask):
         return _normalize(value, mask)
 
@@ -186,16 +186,13 @@ class _BayesianAttention(Family):
 class Weibull(_BayesianAttention):
     """BAM-W: S ~ Weibull(k, λ = softmax(scores)/Γ(1 + 1/k)); prior Gamma(β·m, β)."""
 
-    name = "weibull"
+    spec = FAMILY_SPECS["weibull"]
 
     def __init__(self, k: float = 10.0, beta: float = 1.0, prior: str = "contextual",
                  d_mid: int = 10, key_dim: int | None = None):
-        k, beta = _positive("k", k), _positive("beta", beta)
-        super().__init__(prior, d_mid, key_dim)
-        self.k, self.beta = k, beta
-
-    def _config(self):
-        return {"k": self.k, "beta": self.beta, "prior": self.prior_kind, "d_mid": self.d_mid}
+        cfg = self._configure(k=k, beta=beta, prior=prior, d_mid=d_mid)
+        self.k, self.beta = cfg["k"], cfg["beta"]
+        self._init_prior(cfg, key_dim)
 
     def prior(self, scores, mask, keys, values, params=None):
         m = jnp.broadcast_to(self.prior_mean(keys, mask, params), scores.shape)
@@ -211,17 +208,13 @@ class Weibull(_BayesianAttention):
 class LogNormal(_BayesianAttention):
     """BAM-L: S ~ LogNormal(log softmax(scores) − σ²/2, σ); prior LogNormal(log m − σ_p²/2, σ_p)."""
 
-    name = "lognormal"
+    spec = FAMILY_SPECS["lognormal"]
 
     def __init__(self, sigma: float = 0.5, prior_sigma: float = 1.0, prior: str = "contextual",
                  d_mid: int = 10, key_dim: int | None = None):
-        sigma, prior_sigma = _positive("sigma", sigma), _positive("prior_sigma", prior_sigma)
-        super().__init__(prior, d_mid, key_dim)
-        self.sigma, self.prior_sigma = sigma, prior_sigma
-
-    def _config(self):
-        return {"sigma": self.sigma, "prior_sigma": self.prior_sigma, "prior": self.prior_kind,
-                "d_mid": self.d_mid}
+        cfg = self._configure(sigma=sigma, prior_sigma=prior_sigma, prior=prior, d_mid=d_mid)
+        self.sigma, self.prior_sigma = cfg["sigma"], cfg["prior_sigma"]
+        self._init_prior(cfg, key_dim)
 
     @staticmethod
     def _lognormal(mean_weights, mask, sigma):
@@ -241,20 +234,14 @@ class GaussianContext(Family):
     """Bahuleyan et al. (2018): the context c_t is latent. Prior N(μ₀, prior_scale²) with μ₀ 0,
     the values' mean or the soft context; posterior N(soft context of q-scores, scale²)."""
 
-    name = "gaussian-context"
-    reparameterized = True
+    spec = FAMILY_SPECS["gaussian-context"]
 
     def __init__(self, prior: str = "values-mean", prior_scale: float = 1.0,
                  posterior_scale: float = 0.1):
-        if prior not in ("zero", "values-mean", "soft"):
-            raise ValueError(f"prior must be 'zero', 'values-mean' or 'soft', got {prior!r}")
-        self.prior_kind = prior
-        self.prior_scale = _positive("prior_scale", prior_scale)
-        self.posterior_scale = _positive("posterior_scale", posterior_scale)
-
-    def _config(self):
-        return {"prior": self.prior_kind, "prior_scale": self.prior_scale,
-                "posterior_scale": self.posterior_scale}
+        cfg = self._configure(prior=prior, prior_scale=prior_scale,
+                              posterior_scale=posterior_scale)
+        self.prior_kind = cfg["prior"]
+        self.prior_scale, self.posterior_scale = cfg["prior_scale"], cfg["posterior_scale"]
 
     def prior(self, scores, mask, keys, values, params=None):
         shape = scores.shape[:-1] + values.shape[-1:]
@@ -288,19 +275,11 @@ class MarkovCategorical(Family):
     enumerates z_t under ``numpyro.contrib.control_flow.scan``
     (:class:`~ppl_attention.numpyro.models.Seq2SeqAlignment`)."""
 
-    name = "markov-categorical"
-    enumerable = True
-    markov = True
+    spec = FAMILY_SPECS["markov-categorical"]
 
     def __init__(self, max_jump: int = 3, max_back: int = 0):
-        if not isinstance(max_jump, int) or max_jump < 1:
-            raise ValueError(f"max_jump must be an int ≥ 1, got {max_jump!r}")
-        if not isinstance(max_back, int) or max_back < 0:
-            raise ValueError(f"max_back must be an int ≥ 0, got {max_back!r}")
-        self.max_jump, self.max_back = max_jump, max_back
-
-    def _config(self):
-        return {"max_jump": self.max_jump, "max_back": self.max_back}
+        cfg = self._configure(max_jump=max_jump, max_back=max_back)
+        self.max_jump, self.max_back = cfg["max_jump"], cfg["max_back"]
 
     def init(self, key) -> Params:
         return {"jump_logits": jnp.zeros(self.max_back + self.max_jump + 1)}
@@ -376,8 +355,7 @@ class SegmentCRF(Family):
     A[s_{j−1}, s_j], key ``"transitions"``), by forward–backward in log space with
     ``jax.lax.scan``; masked positions leave the chain and get weight 0."""
 
-    name = "segment-crf"
-    deterministic = True
+    spec = FAMILY_SPECS["segment-crf"]
 
     def init(self, key) -> Params:
         return {"transitions": jnp.zeros((2, 2))}
@@ -455,12 +433,10 @@ def make_family(family) -> Family:
         return family()
     if isinstance(family, str) and family in FAMILIES:
         return FAMILIES[family]()
-    from .. import families as torch_families
-
-    if isinstance(family, torch_families.Family):
-        return from_torch_family(family)
-    raise ValueError(f"unknown family {family!r}; valid: a Family instance or one of "
-                     f"{', '.join(FAMILIES)}")
+    if hasattr(family, "_config") and getattr(family, "name", None) in FAMILIES:
+        return from_torch_family(family)  # the torch-side instance: same name and parameters
+    raise UserError(f"unknown family {family!r}; valid: a Family instance or one of "
+                    f"{', '.join(FAMILIES)}")
 
 
 def from_torch_family(family) -> Family:

@@ -13,19 +13,37 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
+from ...errors import UserError
+from ...models.base import declared
 from ..batching import to_jax
-from ..models import Seq2SeqAlignment
 from ..nn import from_torch, sub
 from .methods import enumerated_guide_loss, get_method, make_elbo
 
 MULTIPLE = 4  # S and T rounded up to a multiple of this: few shapes, few compilations
 
 
+def twin_class(model_class):
+    """The NumPyro twin a model class declares (``numpyro_twin = "module:Class"``)."""
+    target = declared(model_class, "numpyro_twin")
+    if not target:
+        raise UserError(f"{model_class.__name__} has no NumPyro twin (declare numpyro_twin = "
+                        f"'module:Class' of one; docs/architecture.md): use --backend pyro")
+    module, _, name = target.partition(":")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def twin_of(torch_model):
+    """(twin, params): the NumPyro twin of a torch model and its weights."""
+    return twin_class(type(torch_model)).from_torch(torch_model)
+
+
 class Twin:
     """A run's model under NumPyro: the twin network, its weights and jitted functions."""
 
     def __init__(self, run, params=None):
-        self.model, p = Seq2SeqAlignment.from_torch(run.model)
+        self.model, p = twin_of(run.model)
         self.params = p if params is None else params
         self.method = run.method
         # the Markov family is exact and enumerable: evaluated as a categorical one
@@ -79,7 +97,7 @@ class Twin:
         m = self
 
         def log_weight(params, b, key):
-            sub = {"seq2seq": params}
+            sub = {m.model.param_name: params}
             g = handlers.trace(handlers.seed(handlers.substitute(m._guide, data=sub), key)
                                ).get_trace(b)
             mt = handlers.trace(handlers.replay(handlers.substitute(m.model.model, data=sub), g)
@@ -103,12 +121,13 @@ class Twin:
         m = self
         if self.kind == "categorical":
             def loss(params, b, key):
-                return enumerated_guide_loss(key, params, m.model.model, m._guide, b)
+                return enumerated_guide_loss(key, params, m.model.model, m._guide, b,
+                                             m.model.param_name)
         else:
             elbo = make_elbo("TraceMeanField_ELBO" if self.analytic_kl else "Trace_ELBO")
 
             def loss(params, b, key):
-                return elbo.loss(key, {"seq2seq": params}, m.model.model, m._guide, b)
+                return elbo.loss(key, {m.model.param_name: params}, m.model.model, m._guide, b)
         return jax.jit(loss)
 
 

@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...inference.fit import SCHEDULES, _order
+from ...core.schedules import LR_SCHEDULES, batch_order
+from ...errors import UserError
 from ...inference.run import Run
 from ..batching import to_jax
-from ..models import Seq2SeqAlignment
 from ..nn import to_torch
-from .evaluate import MULTIPLE, nll_per_token
+from .evaluate import MULTIPLE, nll_per_token, twin_of
 from .methods import enumerated_guide_loss, get_method, score_function_loss
 
 
@@ -48,7 +48,7 @@ def clip_grad_norm(grads, max_norm):
     return jax.tree.map(lambda g: g * coef, grads)
 
 
-def make_loss(model: Seq2SeqAlignment, method: str):
+def make_loss(model, method: str):
     """(params, key, batch, kl_scale) → (loss to differentiate, −ELBO), summed over the batch."""
     m = get_method(method)
     model_fn = functools.partial(model.model, enumerate_z=m.enumerate_model)
@@ -66,33 +66,36 @@ def make_loss(model: Seq2SeqAlignment, method: str):
             base = 0.0
             if m.baseline == "soft":
                 base = jax.lax.stop_gradient(model.soft_token_log_likelihood(params, batch))
-            return score_function_loss(key, params, mdl(1.0), guide_fn(1.0), batch, base)
+            return score_function_loss(key, params, mdl(1.0), guide_fn(1.0), batch, base,
+                                       model.param_name)
     elif m.loss_kind == "forward":
         def loss(params, key, batch, kl):
             v = -model.exact_token_log_likelihood(params, batch).sum()
             return v, v
     elif m.loss_kind == "enumerated-guide":
         def loss(params, key, batch, kl):
-            v = enumerated_guide_loss(key, params, mdl(1.0), guide_fn(1.0), batch)
+            v = enumerated_guide_loss(key, params, mdl(1.0), guide_fn(1.0), batch,
+                                      model.param_name)
             return v, v
     else:
         elbo = m.elbo()
 
         def loss(params, key, batch, kl):
             kl = kl if annealed else 1.0
-            v = elbo.loss(key, {"seq2seq": params}, mdl(kl), guide_fn(kl), batch)
+            v = elbo.loss(key, {model.param_name: params}, mdl(kl), guide_fn(kl), batch)
             return v, v
     return loss
 
 
-def make_step(model: Seq2SeqAlignment, method: str, clip: float):
+def make_step(model, method: str, clip: float):
     loss = make_loss(model, method)
 
     @jax.jit
     def step(params, opt, key, batch, n_tokens, lr, kl):
         (_, neg_elbo), grads = jax.value_and_grad(
             lambda p: tuple(x / n_tokens for x in loss(p, key, batch, kl)), has_aux=True)(params)
-        grads = clip_grad_norm(grads, clip)
+        if clip:
+            grads = clip_grad_norm(grads, clip)
         params, opt = adam_update(params, grads, opt, lr)
         return params, opt, neg_elbo
 
@@ -121,23 +124,28 @@ def data_parallel(devices: int, rows: int):
     return NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
 
 
-def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab, tgt_vocab,
-        valid=None, lr: float = 3e-3, clip: float = 5.0, valid_every: int = 100,
+def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab=None,
+        tgt_vocab=None, valid=None, lr: float = 1e-2, clip: float = 5.0, valid_every: int = 250,
         resume: Run | None = None, progress: bool = True, out=None, config: dict | None = None,
-        lr_schedule: str = "cosine", checkpoint_every: int | None = None,
-        devices: int = 1) -> Run:
-    """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model`` is the torch
-    ``Seq2SeqAlignment`` whose configuration and initial weights the run starts from.
-    ``devices > 1``: data-parallel SVI, each batch sharded over that many JAX devices
-    (:func:`data_parallel`); the same global batch gives the same loss and gradients."""
+        lr_schedule: str = "cosine", checkpoint_every: int | None = None, devices: int = 1,
+        kl_weight: float = 1.0, anneal_rho: float | None = None, weight_decay: float = 0.0,
+        model_spec: str | None = None) -> Run:
+    """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model`` is the torch model whose
+    configuration and initial weights the run starts from; its class declares the NumPyro twin
+    that trains (``numpyro_twin``). ``devices > 1``: data-parallel SVI, each batch sharded over
+    that many JAX devices (:func:`data_parallel`); the same global batch gives the same loss
+    and gradients."""
     if resume is not None or checkpoint_every:
-        raise ValueError("--resume and --checkpoint-every are supported by the pyro backend only")
-    if lr_schedule not in SCHEDULES:
-        raise ValueError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(SCHEDULES)}")
+        raise UserError("--resume and --checkpoint-every are supported by the pyro backend only")
+    if weight_decay:
+        raise UserError("--weight-decay: the NumPyro loop's Adam has no weight decay; use the "
+                        "pyro backend")
+    if lr_schedule not in LR_SCHEDULES:
+        raise UserError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     if not train:
-        raise ValueError("no training batches")
+        raise UserError("no training batches")
     m = get_method(method)
-    jm, params = Seq2SeqAlignment.from_torch(model)
+    jm, params = twin_of(model)
     rows = max(b.size for b in train)
     shard = data_parallel(devices, rows) if devices != 1 else None
     jtrain = [to_jax(b, rows, MULTIPLE) for b in train]
@@ -146,21 +154,24 @@ def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab, tgt_
     if shard is not None:
         jtrain = [jax.device_put(b, shard[0]) for b in jtrain]
         params, opt = jax.device_put(params, shard[1]), jax.device_put(opt, shard[1])
-    run = Run(model, method, src_vocab, tgt_vocab, dict(config or {}))
+    run = Run(model, method, src_vocab, tgt_vocab, dict(config or {}), model_spec=model_spec)
     run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every,
-                      lr_schedule=lr_schedule, backend="numpyro", devices=devices)
+                      lr_schedule=lr_schedule, backend="numpyro", devices=devices,
+                      kl_weight=kl_weight,
+                      **({"anneal_rho": anneal_rho or m.anneal_rho}
+                         if m.anneal_rho is not None else {}))
     base_key = jax.random.PRNGKey(seed)
     best, best_params = float("inf"), None
     bar = tqdm(range(steps), disable=not progress, desc=f"{method} [numpyro]", leave=False)
     t0, tokens = time.perf_counter(), 0
     for step in bar:
         epoch, pos = divmod(step, len(train))
-        i = _order(len(train), seed, epoch)[pos]
+        i = batch_order(len(train), seed, epoch)[pos]
         n_tok = train[i].n_tokens
         params, opt, neg_elbo = step_fn(params, opt, jax.random.fold_in(base_key, step),
                                         jtrain[i], float(n_tok),
-                                        lr * SCHEDULES[lr_schedule](step, steps),
-                                        m.kl_scale(step))
+                                        lr * LR_SCHEDULES[lr_schedule](step, steps),
+                                        m.kl_scale(step, kl_weight, anneal_rho))
         loss = float(neg_elbo)
         tokens += n_tok
         record = {"step": step + 1, "train_loss": loss}

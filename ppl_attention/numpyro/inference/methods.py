@@ -1,11 +1,11 @@
-"""The methods registry for NumPyro, derived from the Pyro one
-(:data:`ppl_attention.inference.methods.METHODS`): the same names, families, guides,
-enumeration and KL annealing; the ELBO class is mapped to NumPyro's.
+"""The methods registry for NumPyro, built from the same specs as the Pyro one
+(:mod:`ppl_attention.core.methods`): the same names, families, guides, enumeration and KL
+annealing; the ELBO class is mapped to NumPyro's.
 
 Two gaps of NumPyro are filled here with the same maths as Pyro computes:
 
 - its ``TraceGraph_ELBO`` has no baselines and its ``Trace_ELBO`` gives a silently biased
-  gradient for a categorical guide site (DESIGN.md §5), so the REINFORCE methods
+  gradient for a categorical guide site (measured against the exact gradient), so the REINFORCE methods
   (``hard-sample``, ``vae-sample``) use :func:`score_function_loss`: the per-token surrogate of
   Pyro's TraceGraph_ELBO with the same soft-attention baseline;
 - its ``TraceEnum_ELBO`` enumerates model sites only, so the methods that enumerate the
@@ -36,35 +36,50 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 
-from ...inference import methods as pyro_methods
-from ..families import Family, from_torch_family
+from ...core.methods import METHOD_SPECS, MethodSpec, method_spec
+from ...core.schedules import kl_annealing
+from ...errors import UserError
+from ..families import Family, make_family
 
-PLATES = pyro_methods.PLATES
+PLATES = 2
 
 _ELBOS = {"TraceEnum_ELBO": TraceEnum_ELBO, "Trace_ELBO": Trace_ELBO,
           "TraceMeanField_ELBO": TraceMeanField_ELBO, "TraceGraph_ELBO": None}
 
+#: methods NumPyro cannot run, and why
+NOT_MIRRORED = {"ReweightedWakeSleep": "NumPyro has no reweighted wake-sleep"}
+
 
 @dataclass(frozen=True)
 class Method:
-    """A Pyro :class:`~ppl_attention.inference.methods.Method` seen from NumPyro."""
+    """A :class:`~ppl_attention.core.methods.MethodSpec` seen from NumPyro (every spec field
+    readable here)."""
 
-    spec: pyro_methods.Method
-    elbo_name: str
+    spec: MethodSpec
 
-    def __getattr__(self, item):  # name, posterior, enumerate_*, baseline, kl_scale …
+    def __getattr__(self, item):  # name, posterior, enumerate_*, baseline …
         return getattr(self.spec, item)
 
-    def family(self, hidden: int) -> Family:
-        return from_torch_family(self.spec.family(hidden))
+    @property
+    def elbo_name(self) -> str:
+        return self.spec.objective
+
+    def family(self, key_dim: int | None = None) -> Family:
+        return make_family(self.spec.family, key_dim=key_dim, **self.spec.family_options)
+
+    def kl_scale(self, step: int, weight: float = 1.0, rho: float | None = None) -> float:
+        """As the Pyro side's: η·λ(t), λ ≡ 1 unless the method anneals."""
+        if self.spec.anneal_rho is None:
+            return weight
+        return kl_annealing(step, rho if rho is not None else self.spec.anneal_rho, weight)
 
     @property
     def loss_kind(self) -> str:
         """``"score-function"``, ``"enumerated-guide"``, ``"forward"`` (the Markov family's exact
         −log p(y | x)) or ``"elbo"`` (a NumPyro ELBO object)."""
-        if getattr(self.spec.family(2), "markov", False):
+        if self.spec.family_spec.markov:
             return "forward"
-        if self.elbo_name == "TraceGraph_ELBO":
+        if self.spec.objective == "TraceGraph_ELBO":
             return "score-function"
         if self.spec.enumerate_guide:
             return "enumerated-guide"
@@ -72,7 +87,7 @@ class Method:
 
     def elbo(self):
         if self.loss_kind != "elbo":
-            raise ValueError(f"{self.name} trains with {self.loss_kind} loss, not an ELBO object")
+            raise UserError(f"{self.name} trains with {self.loss_kind} loss, not an ELBO object")
         return make_elbo(self.elbo_name)
 
 
@@ -82,30 +97,17 @@ def make_elbo(name: str):
     return cls(max_plate_nesting=PLATES) if cls is TraceEnum_ELBO else cls()
 
 
-def _elbo_name(spec: pyro_methods.Method) -> str | None:
-    name = type(spec.elbo()).__name__
-    return name if name in _ELBOS else None
-
-
-def _mirrored(spec: pyro_methods.Method) -> bool:
-    """NumPyro has no reweighted wake-sleep."""
-    return _elbo_name(spec) is not None
-
-
-METHODS: dict[str, Method] = {
-    name: Method(spec, _elbo_name(spec))
-    for name, spec in pyro_methods.METHODS.items() if _mirrored(spec)
-}
+METHODS: dict[str, Method] = {name: Method(spec) for name, spec in METHOD_SPECS.items()
+                              if spec.objective not in NOT_MIRRORED}
 
 
 def get_method(name: str) -> Method:
-    if name in METHODS:
-        return METHODS[name]
-    if name in pyro_methods.METHODS:
-        raise ValueError(f"method {name!r} has no NumPyro counterpart (NumPyro has no "
-                         f"reweighted wake-sleep); use --backend "
-                         f"pyro, or one of {', '.join(METHODS)}")
-    raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}")
+    spec = method_spec(name)
+    if spec.objective in NOT_MIRRORED:
+        raise UserError(f"method {name!r} has no NumPyro counterpart "
+                        f"({NOT_MIRRORED[spec.objective]}); use --backend pyro, or one of "
+                        f"{', '.join(METHODS)}")
+    return METHODS[name]
 
 
 def _site_terms(trace, name):
@@ -114,7 +116,8 @@ def _site_terms(trace, name):
     return lp * site["scale"] if site.get("scale") is not None else lp
 
 
-def score_function_loss(rng_key, params, model, guide, batch, baseline):
+def score_function_loss(rng_key, params, model, guide, batch, baseline,
+                        param_name: str = "seq2seq"):
     """(surrogate loss, −ELBO), both summed over the batch, for a sampled categorical guide.
 
     Per token, ℓ_t = log p(y_t | z_t) + log p(z_t | ·) − log q(z_t | ·) (the z_t are
@@ -122,7 +125,7 @@ def score_function_loss(rng_key, params, model, guide, batch, baseline):
     TraceGraph_ELBO computes it under the target plate). The surrogate
     −Σ_t [ℓ_t + stop_grad(ℓ_t − b_t) · log q(z_t)] has the REINFORCE gradient with baseline b.
     """
-    sub = {"seq2seq": params}
+    sub = {param_name: params}
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=sub), rng_key)).get_trace(
         batch)
     m = handlers.trace(handlers.replay(handlers.substitute(model, data=sub), g)).get_trace(batch)
@@ -134,12 +137,12 @@ def score_function_loss(rng_key, params, model, guide, batch, baseline):
     return -surrogate, -jnp.where(mask, elbo_t, 0.0).sum()
 
 
-def enumerated_guide_loss(rng_key, params, model, guide, batch):
+def enumerated_guide_loss(rng_key, params, model, guide, batch, param_name: str = "seq2seq"):
     """−Σ_{b,t} Σ_j q(z_t = j)[log p(y_t | z_t = j) + log p(z_t = j) − log q(z_t = j)]: the exact
     ELBO of a categorical guide, summed over the batch (Pyro: TraceEnum_ELBO with the guide
     site enumerated). The model is run once with z = every source position, broadcast on a new
     leftmost dim, exactly as parallel enumeration does."""
-    sub = {"seq2seq": params}
+    sub = {param_name: params}
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=sub), rng_key)).get_trace(
         batch)
     S = batch.src.shape[-1]

@@ -17,6 +17,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ...errors import UserError
 from ..attend import attend
 from ..families import Categorical, Family, GaussianContext, from_torch_family, masked_softmax
 from ..nn import Params, bilstm, from_torch, init_linear, linear, lstm_cell, sub
@@ -47,15 +48,17 @@ class Seq2SeqAlignment:
     """Same constructor as the torch model (``dropout`` must be 0 here: the mirror trains and
     evaluates without it)."""
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 256, embed: int | None = None,
+    param_name = "seq2seq"  # the one pytree-valued numpyro.param of model and guide
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 64, embed: int | None = None,
                  score: str = "additive", family: Family | None = None, dropout: float = 0.0,
                  q_prior: bool = True, encoder_layers: int = 1):
         if hidden % 2:
-            raise ValueError(f"hidden must be even (a bidirectional encoder), got {hidden}")
+            raise UserError(f"hidden must be even (a bidirectional encoder), got {hidden}")
         if dropout:
-            raise ValueError("the NumPyro Seq2SeqAlignment has no dropout; use dropout=0")
+            raise UserError("the NumPyro Seq2SeqAlignment has no dropout; use dropout=0")
         if encoder_layers < 1:
-            raise ValueError(f"encoder_layers must be at least 1, got {encoder_layers}")
+            raise UserError(f"encoder_layers must be at least 1, got {encoder_layers}")
         embed = embed or hidden
         self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
                            score=score, dropout=dropout, q_prior=q_prior,
@@ -263,7 +266,7 @@ class Seq2SeqAlignment:
         elif posterior == "inference":
             scores = self.inference_scores(p, batch, H)
         else:
-            raise ValueError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
+            raise UserError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
         scale_arg = None
         if isinstance(self.family, GaussianContext):
             mean = masked_softmax(scores, batch.src_mask[:, None]) @ H

@@ -21,7 +21,8 @@ import math
 import torch
 from pyro.infer import Trace_ELBO
 
-from ..models.seq_vae import kl_normal_per_dim
+from ..errors import UserError
+from .seq_vae import kl_normal_per_dim
 
 __all__ = ["elbo_per_token", "latent_diagnostics", "ACTIVE_THRESHOLD"]
 
@@ -30,7 +31,9 @@ LOG_2PI = math.log(2 * math.pi)
 
 
 def _closed_form(model) -> bool:
-    return model.config["attention"] == "none" or model.family.name in ("soft", "categorical")
+    """Is log p(x | z) exact (soft attention, or a categorical alignment summed out)?"""
+    return (model.config["attention"] == "none" or model.family.deterministic
+            or model.family.enumerable)
 
 
 def _normal_log_prob(z, mu, sigma):
@@ -46,9 +49,8 @@ def _sequence_elbo(model, batch, generator) -> torch.Tensor:
         ll = model.token_log_likelihood(batch, mu + sigma * eps, H).sum(-1)
         return ll - kl_normal_per_dim(mu, sigma).sum(-1)
     # a sampled alignment: Pyro's single-particle ELBO of the whole batch, spread evenly
-    loss = Trace_ELBO(max_plate_nesting=2).loss(model.model,
-                                                lambda b: model.guide(b, use_free_bits=False),
-                                                batch)
+    loss = Trace_ELBO(max_plate_nesting=2).loss(
+        model.model, lambda b: model.guide(b, posterior="prior", use_free_bits=False), batch)
     return torch.full((batch.size,), -loss / batch.size)
 
 
@@ -83,7 +85,7 @@ def latent_diagnostics(model, batches, iwae_k: int = 100, mi_sequences: int = 20
                        seed: int = 0) -> dict:
     """The diagnostics of the module docstring over ``batches`` (a sequence VAE's batches)."""
     if iwae_k < 1:
-        raise ValueError(f"iwae_k must be at least 1, got {iwae_k}")
+        raise UserError(f"iwae_k must be at least 1, got {iwae_k}")
     model.eval()
     g = torch.Generator().manual_seed(seed)
     mus, sigmas, kl_dims = [], [], []

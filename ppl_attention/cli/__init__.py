@@ -1,0 +1,72 @@
+"""The ``ppl-attention`` command: train | evaluate | align | decode | analyze | diagnose | sample |
+compare | sweep | models.
+
+``train``, ``compare`` and ``sweep`` take ``--model NAME`` (the registry: ``ppl-attention models``)
+or a user's model, ``--model path/to/file.py:ClassName`` / ``package.module:ClassName``; their
+options then are that model's (``train --model X --help`` lists them), its data kind's, and the
+training options with the model's defaults. An option the model does not have is refused.
+
+Bad input — a malformed file, an unknown name, an option that does not apply, a model that lacks
+what a command needs — ends with one ``error: …`` line naming what and where, and exit status
+2, before any work. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UserError
+from . import analyze, evaluate, sample, sweep, train
+from .options import peek_model
+
+COMMANDS = {
+    "train": train, "evaluate": evaluate, "align": evaluate, "decode": evaluate,
+    "analyze": analyze, "diagnose": analyze, "sample": sample, "compare": sweep, "sweep": sweep,
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors as one line naming the command (exit 2)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser; the options of train / compare / sweep depend on ``--model`` in ``argv``."""
+    ap = _Parser(prog="ppl-attention", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    model = peek_model(argv) if command in ("train", "compare", "sweep") else "seq2seq"
+    train.add_parser(sub, model if command == "train" else "seq2seq")
+    evaluate.add_parsers(sub)
+    analyze.add_parsers(sub)
+    sample.add_parser(sub)
+    sweep.add_parsers(sub, model if command in ("compare", "sweep") else "seq2seq")
+    p = sub.add_parser("models", help="the model registry: name, data, reference")
+    p.set_defaults(fn=_cmd_models)
+    return ap
+
+
+def _cmd_models(args) -> int:
+    from ..models.registry import MODELS
+
+    for e in MODELS.values():
+        print(f"{e.name:<15} {e.data:<10} {e.description}\n{'':<26} reference: {e.reference}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser(argv).parse_args(argv)
+        return args.fn(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return e.code if isinstance(e.code, int) else 2
+
+
+__all__ = ["main", "build_parser"]

@@ -1,0 +1,136 @@
+"""``ppl-attention analyze | diagnose``: posteriors over alignments in ArviZ, guides against the
+exact posterior."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..data.corpus import atomic_write_text
+from ..errors import DataError, UserError
+from ..models.base import require
+from .evaluate import add_eval_data, add_run_model, eval_split, load_run
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("analyze", help="posterior.nc (ArviZ) and figures of a run's alignments")
+    p.add_argument("run")
+    add_eval_data(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--num-samples", type=int, default=100)
+    p.add_argument("--pair", type=int, default=0, help="the pair drawn as heatmaps")
+    p.add_argument("--seed", type=int, default=0)
+    add_run_model(p)
+    p.set_defaults(fn=cmd_analyze)
+
+    p = sub.add_parser("diagnose", help="guide-vs-exact diagnostics table of several runs")
+    p.add_argument("runs", nargs="+")
+    add_eval_data(p)
+    p.add_argument("--num-samples", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the table (.md) and the numbers (.json) here")
+    add_run_model(p)
+    p.set_defaults(fn=cmd_diagnose)
+
+
+def _analysis_split(run, args, path):
+    require(run.model, "alignment", tool=args.command)
+    split = eval_split(run, args)
+    n_unk = n_tok = 0
+    for pair in split.pairs:
+        for side, vocab in ((pair[0], run.src_vocab), (pair[1], run.tgt_vocab)):
+            n_tok += len(side)
+            n_unk += vocab.encode(list(side))[1]
+    if n_tok and n_unk / n_tok > 0.5:
+        where = args.data or args.data_dir or "the data"
+        raise DataError(f"{where}: {n_unk} of {n_tok} tokens are not in the run's vocabulary — "
+                        f"this data does not fit the run {path}")
+    if n_unk:
+        print(f"note: {n_unk} token(s) unseen in training were mapped to <unk>", file=sys.stderr)
+    return split
+
+
+def cmd_analyze(args) -> int:
+    from ..analysis import guide_diagnostics, plot_entropy, plot_pair_heatmaps, to_inference_data
+
+    if args.num_samples <= 0:
+        raise UserError(f"--num-samples must be at least 1, got {args.num_samples}")
+    run = load_run(args.run, args)
+    split = _analysis_split(run, args, args.run)
+    if not 0 <= args.pair < len(split.pairs):
+        raise UserError(f"--pair {args.pair} is out of range: the data has {len(split.pairs)} "
+                        f"pairs")
+    fam = run.model.family
+    diagnose = (split.gold is not None and not fam.deterministic and not fam.markov
+                and args.num_samples >= 2)
+    idata = to_inference_data(run, split.pairs, num_samples=args.num_samples, seed=args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".posterior.nc.tmp-")
+    os.close(fd)
+    try:
+        idata.to_netcdf(tmp)
+        os.replace(tmp, out / "posterior.nc")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    written = [out / "posterior.nc"]
+    plot_pair_heatmaps(idata, args.pair, out / f"pair{args.pair}_heatmaps.png")
+    plot_entropy(idata, out / "entropy.png")
+    written += [out / f"pair{args.pair}_heatmaps.png", out / "entropy.png"]
+    if diagnose:
+        diag = guide_diagnostics(run, split.pairs, split.gold, num_samples=args.num_samples,
+                                 seed=args.seed)
+        atomic_write_text(out / "diagnostics.json", json.dumps(diag, indent=1) + "\n")
+        written.append(out / "diagnostics.json")
+    for w in written:
+        print(f"wrote {w}")
+    return 0
+
+
+DIAG_COLUMNS = [("kl_exact_q", "KL(exact ‖ q)/token"), ("expected_aer", "E_q[AER]"),
+                ("khat_share", "share k̂ > 0.7"), ("khat_pairs", "pairs with k̂"),
+                ("rel_ess", "ESS/K"), ("iwae_gap", "log p − IWAE"),
+                ("elbo_gap", "log p − ELBO")]
+
+
+def cmd_diagnose(args) -> int:
+    from ..analysis import guide_diagnostics
+
+    if args.num_samples < 2:
+        raise UserError(f"--num-samples must be at least 2, got {args.num_samples}")
+    runs = []
+    for path in args.runs:  # every run and its data checked before any work
+        run = load_run(path, args)
+        split = _analysis_split(run, args, path)
+        if split.gold is None:
+            raise DataError(f"{path}: diagnostics need gold alignments (--gold, a --data-dir "
+                            f"with test.align, or a built-in task)")
+        if run.model.family.deterministic or run.model.family.markov:
+            raise UserError(f"{path}: diagnostics compare a guide with the posterior; the "
+                            f"{run.model.family.name} family of {run.method} has no guide")
+        runs.append((path, run, split))
+    rows = []
+    for path, run, split in runs:
+        print(f"[diagnose] {path}", file=sys.stderr)
+        rows.append(guide_diagnostics(run, split.pairs, split.gold,
+                                      num_samples=args.num_samples, seed=args.seed))
+    md = [f"Guide diagnostics, {args.num_samples} draws of q per pair; per token; log p exact "
+          f"where enumerable, else IWAE-{args.num_samples} (then the last column is "
+          f"IWAE − ELBO); k̂ only for pairs whose draws give ≥ 20 distinct weights.", "",
+          "| method | " + " | ".join(h for _, h in DIAG_COLUMNS) + " |",
+          "|---|" + "---|" * len(DIAG_COLUMNS)]
+    for r in rows:
+        cells = ["—" if r[k] is None else str(r[k]) if isinstance(r[k], int) else f"{r[k]:.3f}"
+                 for k, _ in DIAG_COLUMNS]
+        if not r["log_lik_exact"]:  # log p is itself IWAE-K there: only log p − ELBO is news
+            cells[5] = "—"
+        md.append(f"| {r['method']} | " + " | ".join(cells) + " |")
+    print("\n".join(md))
+    if args.out:
+        atomic_write_text(Path(args.out), "\n".join(md) + "\n")
+        atomic_write_text(Path(args.out).with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
+    return 0

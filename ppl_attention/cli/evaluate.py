@@ -1,0 +1,176 @@
+"""``ppl-attention evaluate | align | decode``: a run directory scored, aligned, decoded."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..data import DataError, make_batches, read_tsv
+from ..data.kinds import data_kind
+from ..data.pharaoh import format_pharaoh
+from ..errors import UserError
+from ..inference.evaluate import alignment_links
+from ..inference.experiment import report
+from ..inference.run import Run
+from ..models.base import capabilities, declared, require
+from ..models.registry import load_model_class
+from .options import add_backend
+
+
+def add_eval_data(p) -> None:
+    """What a run is evaluated on: --data-dir (its test split), --data F [--gold F.align], or
+    neither (the test split of the run's own data)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--data-dir", help="a folder with test.tsv (+ test.align)")
+    g.add_argument("--data", help="a TSV file (or, for a sequence model, one sequence a line)")
+    p.add_argument("--gold", help="Pharaoh alignments for --data")
+
+
+def add_run_model(p) -> None:
+    p.add_argument("--model", help="the run's model class, where config.json's record no longer "
+                   "finds it: path/to/file.py:ClassName or package.module:ClassName")
+
+
+def load_run(path, args, which: str = "best") -> Run:
+    cls = load_model_class(args.model) if getattr(args, "model", None) else None
+    return Run.load(path, which=which, model_class=cls)
+
+
+def eval_split(run: Run, args):
+    kind = data_kind(declared(run.model, "data"))
+    return kind.evaluation_split(run.config.get("data", {}), getattr(args, "data", None),
+                                 getattr(args, "gold", None), getattr(args, "data_dir", None))
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("evaluate", help="NLL/token (exact where defined), ELBO, AER; a model's "
+                       "own report (seq-vae diagnostics, classifier accuracy and calibration)")
+    p.add_argument("run")
+    add_eval_data(p)
+    p.add_argument("--iwae-k", type=int, help="importance samples of the IWAE bound where the "
+                   "NLL is not exact (default 10; a seq-vae's diagnostics: 100)")
+    p.add_argument("--beam", type=int, default=1, help="beam for WER/PER (G2P runs)")
+    p.add_argument("--ensemble", nargs="+", metavar="RUN", default=[],
+                   help="G2P: more runs (same training data) decoding with RUN as an ensemble "
+                   "for WER/PER; the other numbers stay RUN's")
+    p.add_argument("--samples", type=int,
+                   help="posterior draws for ECE / PAvPU (image and graph models; default 20)")
+    p.add_argument("--json", action="store_true")
+    add_backend(p)
+    add_run_model(p)
+    p.set_defaults(fn=cmd_evaluate)
+
+    p = sub.add_parser("align", help="MAP alignments in Pharaoh format to stdout")
+    p.add_argument("run")
+    p.add_argument("--data", required=True, help="a TSV file of pairs")
+    add_backend(p)
+    add_run_model(p)
+    p.set_defaults(fn=cmd_align)
+
+    p = sub.add_parser("decode", help="greedy / beam-search hypotheses, source<TAB>hypothesis")
+    p.add_argument("run", nargs="+", help="a run directory, or several (same training data) "
+                   "decoding as an ensemble: the mean of their predictive distributions")
+    p.add_argument("--data", required=True, help="one source a line (a plain word for g2p runs)")
+    p.add_argument("--beam", type=int, default=1)
+    add_run_model(p)
+    p.set_defaults(fn=cmd_decode)
+
+
+ENSEMBLE_NEEDS_G2P = ("--ensemble decodes for WER/PER, which only G2P runs report "
+                      "(a run trained with --task g2p)")
+
+
+def cmd_evaluate(args) -> int:
+    if args.beam < 1:
+        raise UserError(f"--beam must be at least 1, got {args.beam}")
+    if args.iwae_k is not None and args.iwae_k < 1:
+        raise UserError(f"--iwae-k must be at least 1, got {args.iwae_k}")
+    run = load_run(args.run, args)
+    split = eval_split(run, args)
+    has_refs = bool(getattr(split, "references", None))
+    if (args.ensemble or args.beam != 1) and not has_refs:
+        raise UserError(ENSEMBLE_NEEDS_G2P if args.ensemble else
+                        "--beam sets the beam of G2P decoding (WER/PER); this run's data has no "
+                        "reference pronunciations")
+    caps = capabilities(run.model)
+    if args.iwae_k is not None and "exact-likelihood" in caps \
+            and not callable(getattr(run.model, "extra_report", None)):
+        raise UserError(f"--iwae-k: this run's NLL is exact ({run.method}, "
+                        f"{run.model.family.name} family); there is no bound to sample")
+    ensemble = [load_run(r, args) for r in args.ensemble]
+    if ensemble:
+        from ..inference.decode import check_ensemble
+
+        check_ensemble([run, *ensemble])
+    rep = report(run, split, run.config.get("data", {}), backend=args.backend,
+                 iwae_k=args.iwae_k, samples=args.samples, beam=args.beam, ensemble=ensemble)
+    if rep.get("n_unk"):
+        print(f"note: {rep['n_unk']} token(s) unseen in training were mapped to <unk>",
+              file=sys.stderr)
+    print_report(rep, args.json)
+    return 0
+
+
+def print_report(rep: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rep))
+        return
+    for k, v in rep.items():
+        if isinstance(v, list):
+            v = " ".join(f"{x:.3f}" if isinstance(x, float) else str(x) for x in v)
+        print(f"{k:>20}: {v:.4f}" if isinstance(v, float) else f"{k:>20}: {v}")
+
+
+def cmd_align(args) -> int:
+    run = load_run(args.run, args)
+    require(run.model, "alignment", tool="align")
+    pairs = read_tsv(args.data)
+    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64)
+    if args.backend == "numpyro":
+        from ..backends import get_backend
+
+        ops = get_backend("numpyro")
+        ops.check_run(run)
+        links_fn = ops.alignment_links
+    else:
+        links_fn = alignment_links
+    links = links_fn(run, batches)
+    sys.stdout.write("".join(format_pharaoh(links[i]) + "\n" for i in range(len(pairs))))
+    return 0
+
+
+def _read_sources(path: Path, plain_words: bool) -> list[tuple[int, str, list[str] | None]]:
+    """(line number, the line as given, its tokens or None when it cannot be decoded)."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = line.strip()
+        tokens = (list(text) if plain_words else text.split()) if text else None
+        out.append((n, line, tokens))
+    return out
+
+
+def cmd_decode(args) -> int:
+    from ..inference.decode import beam_search, check_ensemble
+
+    if args.beam < 1:
+        raise UserError(f"--beam must be at least 1, got {args.beam}")
+    runs = check_ensemble([load_run(r, args) for r in args.run])
+    run = runs[0]
+    plain = run.config.get("data", {}).get("task") == "g2p"
+    failed = 0
+    for n, line, tokens in _read_sources(Path(args.data), plain):
+        if tokens is None:
+            print(f"error: {args.data}:{n}: empty line, nothing to decode", file=sys.stderr)
+            failed += 1
+            sys.stdout.write(f"{line}\t\n")
+            continue
+        unk = run.src_vocab.encode(tokens)[1]
+        if unk:
+            print(f"note: {args.data}:{n}: {unk} token(s) unseen in training decoded as <unk>",
+                  file=sys.stderr)
+        hyp, _ = beam_search(runs, tokens, beam=args.beam)
+        sys.stdout.write(f"{line}\t{' '.join(hyp)}\n")
+    return 1 if failed else 0

@@ -1,0 +1,189 @@
+"""Option groups of the command line. A model's options come from its constructor (name,
+default, type — :func:`model_options`), its data kind's from the kind, the training options from
+:data:`~ppl_attention.inference.fit.TRAINING_DEFAULTS` with the model's own defaults shown; an
+option that the chosen model does not have is not defined, so argparse refuses it."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import typing
+from dataclasses import dataclass
+
+from ..backends import BACKENDS
+from ..core.schedules import LR_SCHEDULES
+from ..data.kinds import DATA_KINDS, data_kind
+from ..errors import UserError
+from ..inference.fit import TRAINING_DEFAULTS, training_options
+from ..models.base import declared
+
+TRAINING_HELP = {
+    "steps": "training steps (one batch a step)",
+    "lr": "peak Adam learning rate",
+    "lr_schedule": "cosine or constant",
+    "batch_size": "pairs (examples) per batch",
+    "clip": "global gradient-norm clipping (0: none)",
+    "weight_decay": "Adam's L2 weight decay",
+    "kl_weight": "η: weight of the alignment sites' KL (1: the ELBO)",
+    "anneal_rho": "ρ of the KL annealing η·sigmoid(t·ρ − 6) of methods that anneal (BAM)",
+    "valid_every": "validate every N steps (best weights kept)",
+}
+_TYPES = {"steps": int, "lr": float, "lr_schedule": str, "batch_size": int, "clip": float,
+          "weight_decay": float, "kl_weight": float, "anneal_rho": float, "valid_every": int}
+
+
+@dataclass(frozen=True)
+class ModelOption:
+    name: str
+    type: type
+    default: object
+    required: bool
+    help: str
+
+
+def _option_type(hint, default):
+    """int/float/str/bool from an annotation (``int | None`` → int) or the default's type."""
+    args = typing.get_args(hint)
+    if args:
+        real = [a for a in args if a is not type(None)]
+        hint = real[0] if len(real) == 1 else hint
+    if hint in (int, float, str, bool):
+        return hint
+    if default is not None and type(default) in (int, float, str, bool):
+        return type(default)
+    return None
+
+
+def model_options(cls) -> dict[str, ModelOption]:
+    """The options of a model class: its constructor's keyword arguments other than the data
+    dimensions and ``family``. Refuses an option the command line cannot offer."""
+    kind = data_kind(declared(cls, "data"))
+    init = cls.__init__
+    init = getattr(init, "__wrapped__", init)
+    try:
+        hints = typing.get_type_hints(init)
+    except Exception:  # unresolvable annotations: fall back to the defaults' types
+        hints = {}
+    helps = getattr(cls, "option_help", {}) or {}
+    out = {}
+    for name, p in list(inspect.signature(init).parameters.items())[1:]:
+        if name in kind.dims or name == "family" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        default = None if p.default is p.empty else p.default
+        typ = _option_type(hints.get(name, p.annotation), default)
+        if typ is None:
+            raise UserError(f"{cls.__name__}: option {name!r} has no int, float, str or bool "
+                            f"type (annotate it or give it such a default)")
+        clash = name in TRAINING_DEFAULTS or name in kind.options or name in (
+            "task", "data_dir", "task_seed", "method", "methods", "seed", "out", "backend",
+            "devices", "model", "resume", "checkpoint_every", "set", "seeds", "jobs", "ray")
+        if clash:
+            raise UserError(f"{cls.__name__}: option {name!r} has the name of a command-line "
+                            f"option of its own; rename it")
+        out[name] = ModelOption(name, typ, default, p.default is p.empty, helps.get(name, ""))
+    return out
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_model_options(p, cls) -> list[str]:
+    g = p.add_argument_group(f"options of the model {cls.__name__} (its constructor's)")
+    names = []
+    for o in model_options(cls).values():
+        text = (o.help + " " if o.help else "") + ("(required)" if o.required else
+                                                   f"(default: {o.default})")
+        if o.type is bool:
+            g.add_argument(flag(o.name), dest=f"model__{o.name}",
+                           action=argparse.BooleanOptionalAction, default=None, help=text,
+                           required=o.required)
+        else:
+            g.add_argument(flag(o.name), dest=f"model__{o.name}", type=o.type, default=None,
+                           help=text, required=o.required, metavar=o.type.__name__.upper())
+        names.append(o.name)
+    return names
+
+
+def add_data_source(p, cls, required: bool = True) -> None:
+    kind = data_kind(declared(cls, "data"))
+    g = p.add_argument_group(f"data ({kind.name})")
+    src = g.add_mutually_exclusive_group(required=required)
+    src.add_argument("--task", choices=kind.tasks, help="a built-in task")
+    if kind.name in ("pairs", "sequences"):
+        src.add_argument("--data-dir", help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
+    g.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
+    for name, (default, text) in kind.options.items():
+        typ = bool if isinstance(default, bool) else (int if name == "n_train" else
+                                                       type(default) if default is not None
+                                                       else str)
+        if typ is bool:
+            g.add_argument(flag(name), dest=f"data__{name}", action="store_true", default=None,
+                           help=text)
+        else:
+            g.add_argument(flag(name), dest=f"data__{name}", type=typ, default=None,
+                           help=f"{text} (default: {default})")
+
+
+def add_training(p, cls) -> None:
+    defaults = training_options(cls)
+    g = p.add_argument_group(f"training (defaults for {cls.__name__})")
+    for name, typ in _TYPES.items():
+        kw = {"choices": list(LR_SCHEDULES)} if name == "lr_schedule" else {}
+        g.add_argument(flag(name), dest=f"train__{name}", type=typ, default=None,
+                       help=f"{TRAINING_HELP[name]} (default: {defaults[name]})", **kw)
+    add_backend(g)
+    g.add_argument("--devices", type=int, default=1,
+                   help="numpyro: data-parallel SVI, each batch sharded over N JAX devices")
+
+
+def add_backend(p) -> None:
+    p.add_argument("--backend", choices=list(BACKENDS), default="pyro",
+                   help="run the model under Pyro (torch) or its NumPyro twin (jax.jit); run "
+                   "directories are the same for both")
+
+
+def add_model_flag(p, default: str | None = "seq2seq") -> None:
+    from ..models.registry import MODELS
+
+    p.add_argument("--model", default=default,
+                   help=f"a registry name ({', '.join(MODELS)}) or your own: "
+                   f"path/to/file.py:ClassName or package.module:ClassName"
+                   + (f" (default {default})" if default else ""))
+
+
+def peek_model(argv: list[str], default: str = "seq2seq") -> str:
+    """The value of ``--model`` in ``argv`` (before the full parser, whose options depend on
+    it)."""
+    for i, a in enumerate(argv):
+        if a == "--model" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--model="):
+            return a.split("=", 1)[1]
+    return default
+
+
+def experiment_from_args(args):
+    """An :class:`~ppl_attention.inference.experiment.Experiment` from parsed options."""
+    from ..inference.experiment import Experiment
+
+    def group(prefix):
+        return {k[len(prefix):]: v for k, v in vars(args).items()
+                if k.startswith(prefix) and v is not None}
+
+    return Experiment(model=args.model, model_options=group("model__"),
+                      task=getattr(args, "task", None), data_dir=getattr(args, "data_dir", None),
+                      task_seed=getattr(args, "task_seed", 0), data_options=group("data__"),
+                      training=group("train__"), backend=args.backend,
+                      devices=getattr(args, "devices", 1),
+                      resume=getattr(args, "resume", False),
+                      checkpoint_every=getattr(args, "checkpoint_every", None))
+
+
+def known_kinds() -> str:
+    return ", ".join(DATA_KINDS)
+
+
+def eprint(*a) -> None:
+    print(*a, file=sys.stderr)

@@ -1,0 +1,99 @@
+"""What each alignment family *is*, declared once for both backends: its traits (what a tool may
+do with it) and its parameters with their defaults and checks.
+
+Traits:
+
+- ``enumerable``: the site has finite support over source positions; exact marginalization by
+  enumeration (``TraceEnum_ELBO``) and exact posteriors exist;
+- ``deterministic``: nothing is sampled (the weights are a function of the scores); the
+  likelihood is exact;
+- ``reparameterized``: draws are differentiable in the parameters (pathwise gradients);
+- ``normalizes``: the site value is an unnormalized S ≥ 0 and the attention is S / Σ S (BAM);
+- ``markov``: z_t depends on z_{t−1} — a chain, which a model must write as sequential sites
+  (``attend`` cannot sample it); only models that declare the family support it.
+
+Tools and models read these attributes (``family.enumerable`` …); nothing checks a family's
+name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import UserError
+from .checks import check_choice, check_int, check_positive
+
+
+def _positive(name):
+    return lambda v: check_positive(name, v)
+
+
+def _int(name, minimum):
+    return lambda v: check_int(name, v, minimum)
+
+
+def _choice(name, choices):
+    return lambda v: check_choice(name, v, choices)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """A family's name, traits and parameters ``{name: (default, check)}``."""
+
+    name: str
+    enumerable: bool = False
+    deterministic: bool = False
+    reparameterized: bool = False
+    normalizes: bool = False
+    markov: bool = False
+    params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
+
+    def validate(self, **kwargs) -> dict:
+        """The family's full configuration: every parameter checked, defaults filled in."""
+        unknown = sorted(set(kwargs) - set(self.params))
+        if unknown:
+            raise UserError(f"family {self.name!r} has no parameter {unknown[0]!r}; its "
+                            f"parameters: {', '.join(self.params) or 'none'}")
+        out = {}
+        for key, (default, check) in self.params.items():
+            out[key] = check(kwargs.get(key, default))
+        return out
+
+    @property
+    def traits(self) -> dict[str, bool]:
+        return {k: getattr(self, k) for k in ("enumerable", "deterministic", "reparameterized",
+                                              "normalizes", "markov")}
+
+
+_BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
+        "d_mid": (10, _int("d_mid", 1))}
+
+FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
+    FamilySpec("soft", deterministic=True),
+    FamilySpec("categorical", enumerable=True),
+    FamilySpec("relaxed-categorical", reparameterized=True,
+               params={"temperature": (0.5, _positive("temperature"))}),
+    FamilySpec("dirichlet", reparameterized=True,
+               params={"concentration": (1.0, _positive("concentration")),
+                       "eps": (1e-3, _positive("eps"))}),
+    FamilySpec("weibull", reparameterized=True, normalizes=True,
+               params={"k": (10.0, _positive("k")), "beta": (1.0, _positive("beta")), **_BAM}),
+    FamilySpec("lognormal", reparameterized=True, normalizes=True,
+               params={"sigma": (0.5, _positive("sigma")),
+                       "prior_sigma": (1.0, _positive("prior_sigma")), **_BAM}),
+    FamilySpec("gaussian-context", reparameterized=True,
+               params={"prior": ("values-mean", _choice("prior", ("zero", "values-mean", "soft"))),
+                       "prior_scale": (1.0, _positive("prior_scale")),
+                       "posterior_scale": (0.1, _positive("posterior_scale"))}),
+    FamilySpec("markov-categorical", enumerable=True, markov=True,
+               params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
+    FamilySpec("segment-crf", deterministic=True),
+]}
+
+
+def family_spec(name: str) -> FamilySpec:
+    try:
+        return FAMILY_SPECS[name]
+    except KeyError:
+        raise UserError(f"unknown family {name!r}; valid: {', '.join(FAMILY_SPECS)}") from None

@@ -1,0 +1,202 @@
+"""One experiment = one model class, its options, a data source, training options and a backend;
+``train_one`` trains it by one method and seed into a run directory and scores it. The command
+line's ``train``, every job of ``compare`` / ``sweep`` (in this process, worker processes or on
+Ray) and resumed runs all go through here, for built-in models and users' models alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..backends import get_backend
+from ..data.kinds import data_kind
+from ..errors import MissingCapability, UserError
+from ..models.base import check_method, declared
+from ..models.registry import load_model_class
+from .evaluate import evaluate
+from .fit import TRAINING_DEFAULTS, training_options
+from .methods import get_method
+from .run import COMPLETE, PARTIAL, Run
+
+__all__ = ["Experiment", "train_one", "check_experiment", "report", "eval_batches"]
+
+
+@dataclass
+class Experiment:
+    """What a run is made of (everything but the method and the seed).
+
+    ``model``: a registry name or ``path/to/file.py:Class`` / ``module:Class``;
+    ``model_options``: its constructor's options (None values: the model's defaults);
+    ``task`` / ``data_dir`` / ``task_seed`` / ``data_options``: the data source;
+    ``training``: training options (None: the model's defaults, else the package's);
+    ``backend``, ``devices``: where it runs; ``resume``, ``checkpoint_every``: a long run;
+    ``model_source``: the bytes of a user's model file shipped with a Ray job."""
+
+    model: str = "seq2seq"
+    model_options: dict = field(default_factory=dict)
+    task: str | None = None
+    data_dir: str | None = None
+    task_seed: int = 0
+    data_options: dict = field(default_factory=dict)
+    training: dict = field(default_factory=dict)
+    backend: str = "pyro"
+    devices: int = 1
+    resume: bool = False
+    checkpoint_every: int | None = None
+    model_source: bytes | None = None
+    data_dir_record: str | None = None
+
+    def with_settings(self, settings) -> Experiment:
+        """A copy with ``(key, value)`` settings in place: a training option, a model option,
+        a data option, or ``backend`` / ``devices`` / ``task_seed``."""
+        exp = dataclasses.replace(self, model_options=dict(self.model_options),
+                                  data_options=dict(self.data_options),
+                                  training=dict(self.training))
+        for k, v in settings:
+            if k in ("backend", "devices", "task_seed"):
+                setattr(exp, k, v)
+            elif k in TRAINING_DEFAULTS:
+                exp.training[k] = v
+            elif k in exp.data_options or k == "n_train":
+                exp.data_options[k] = v
+            else:
+                exp.model_options[k] = v
+        return exp
+
+    def model_class(self):
+        return load_model_class(self.model, source=self.model_source)
+
+    def source(self) -> dict:
+        kind = data_kind(declared(self.model_class(), "data"))
+        return kind.source(self.task, self.data_dir, self.task_seed, **self.data_options)
+
+
+def _model_spec(exp: Experiment) -> str:
+    """How the run directory records the model: a registry name as is, a file by its full
+    path."""
+    location, colon, name = exp.model.rpartition(":")
+    if colon and (location.endswith(".py") or "/" in location):
+        return f"{Path(location).expanduser().resolve()}:{name}"
+    return exp.model
+
+
+def check_experiment(exp: Experiment, methods: list[str]) -> None:
+    """Everything that can be refused before any work: the model class and its contract, the
+    data source, the model's options, each method for this model and backend."""
+    cls = exp.model_class()
+    exp.source()
+    get_backend(exp.backend)
+    for m in methods:
+        spec = get_method(m)
+        check_method(cls, spec)
+        get_backend(exp.backend).check(cls, m)
+    opts = training_options(cls, **exp.training)
+    if opts["batch_size"] < 1 or opts["steps"] < 1:
+        raise UserError(f"--steps and --batch-size must be at least 1 (got {opts['steps']}, "
+                        f"{opts['batch_size']})")
+    if exp.devices != 1 and exp.backend != "numpyro":
+        raise UserError("--devices shards batches over JAX devices: use --backend numpyro "
+                        "(Pyro data parallelism is torchrun + DistributedDataParallel)")
+
+
+def eval_batches(kind, split, vocabs: dict, model, source: dict, batch_size: int = 64) -> list:
+    return kind.batches(split, vocabs, batch_size, model=model, source=source)
+
+
+def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int | None = None,
+           samples: int | None = None, beam: int = 1, ensemble: list | None = None) -> dict:
+    """The report of ``run`` on ``split`` of its data kind: for token data (pairs, sequences)
+    :func:`~ppl_attention.inference.evaluate.evaluate` plus the model's ``extra_report``; for
+    labelled data (images, graphs) the model's ``extra_report`` (accuracy, calibration)."""
+    model = run.model
+    kind = data_kind(declared(model, "data"))
+    extra = getattr(model, "extra_report", None)
+    if not kind.token_data:
+        if iwae_k is not None or beam != 1 or ensemble:
+            raise UserError(f"--iwae-k, --beam and --ensemble score token data; "
+                            f"{type(model).__name__} reads {kind.name} data")
+        if not callable(extra):
+            raise MissingCapability(f"{type(model).__name__} reads {kind.name} data and has no "
+                                    f"extra_report(test, samples) to score it")
+        return {"method": run.method, **extra(split, samples=samples or 20)}
+    if samples is not None:
+        raise UserError("--samples sets the posterior draws of ECE/PAvPU (images and graph "
+                        "models)")
+    batches = eval_batches(kind, split, {"src_vocab": run.src_vocab,
+                                         "tgt_vocab": run.tgt_vocab}, model, source)
+    out = evaluate(run, batches, gold=getattr(split, "gold", None),
+                   log_likelihood=getattr(split, "log_likelihood", None), iwae_k=iwae_k or 10,
+                   backend=backend, references=getattr(split, "references", None), beam=beam,
+                   ensemble=ensemble)
+    if callable(extra):
+        out.update(extra(batches, **({"iwae_k": iwae_k} if iwae_k else {})))
+    return out
+
+
+def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool = True,
+              distributed=None) -> tuple[Run, dict | None]:
+    """Train ``exp`` by ``method`` with ``seed`` into the run directory ``out`` (resuming it
+    when ``exp.resume`` and it holds a run), then score the best weights on the test split."""
+    cls = exp.model_class()
+    kind = data_kind(declared(cls, "data"))
+    source = exp.source()
+    if exp.data_dir_record:
+        source["data_dir"] = exp.data_dir_record
+    m = get_method(method)
+    check_method(cls, m)
+    backend = get_backend(exp.backend)
+    backend.check(cls, method)
+    opts = training_options(cls, **exp.training)
+    data = kind.load(exp.source())
+    resume = None
+    out = Path(out)
+    if exp.resume and ((out / COMPLETE).exists() or (out / PARTIAL).exists()):
+        resume = Run.load(out, which="last", partial=True, model_class=cls)
+    torch.manual_seed(seed)
+    if resume is None:
+        try:
+            model = cls(**data.dims, **exp.model_options, family=m.family())
+        except TypeError as e:
+            raise UserError(f"--model {exp.model}: {e}") from None
+    else:
+        model = resume.model
+    train = kind.batches(data.train, data.vocabs, opts["batch_size"], shuffle=True, seed=seed,
+                         model=model, source=source)
+    valid_split = data.valid if data.valid is not None else \
+        (data.test if kind.token_data else None)
+    valid = None if valid_split is None else eval_batches(kind, valid_split, data.vocabs, model,
+                                                          source)
+    extra = {}
+    if distributed is not None:
+        if exp.backend != "pyro" or exp.devices != 1:
+            raise UserError("torchrun launches Pyro data parallelism; NumPyro shards batches "
+                            "over JAX devices in one process (--backend numpyro --devices N)")
+        distributed.check_batches(train)
+        distributed.start()
+        extra["distributed"] = distributed
+    if exp.backend == "numpyro":
+        if exp.devices != 1:
+            backend.check_devices(exp.devices, max(b.size for b in train))
+        extra["devices"] = exp.devices
+    train_opts = {k: v for k, v in opts.items() if k != "batch_size"}
+    run = backend.fit(model, train, method, seed=seed, src_vocab=data.vocabs.get("src_vocab"),
+                      tgt_vocab=data.vocabs.get("tgt_vocab"), valid=valid, resume=resume,
+                      progress=progress, out=out if exp.checkpoint_every else None,
+                      checkpoint_every=exp.checkpoint_every,
+                      config={"data": source, "batch_size": opts["batch_size"]},
+                      model_spec=_model_spec(exp), **train_opts, **extra)
+    if distributed is not None and not distributed.main:
+        return run, None  # rank 0 evaluates and writes the run directory
+    last = copy.deepcopy(run.model.state_dict())
+    run.model.load_state_dict(run.extra.get("best_model", last))
+    rep = report(run, data.test, source, backend=exp.backend)
+    rep["ms_per_step"] = run.extra["ms_per_step"]
+    run.extra["test_report"] = rep
+    run.model.load_state_dict(last)  # the checkpoint keeps the last weights for --resume
+    run.save(out)
+    return run, rep

@@ -1,0 +1,376 @@
+"""The model contract: what a model provides so that every inference method trains it and every
+tool — ``fit``, ``evaluate``, ``align``, ``analyze``, ``diagnose``, ``decode``, ``compare``,
+``sweep`` — works on it. Built-in models and a researcher's own model meet the same contract;
+``--model path/to/file.py:MyModel`` (or ``package.module:MyModel``) loads one by its location.
+
+A model is a ``torch.nn.Module``; subclass :class:`AlignmentModel` to get the defaults below.
+Shapes are those of the data the model reads; for ``data = "pairs"`` (the default) a batch is a
+:class:`~ppl_attention.data.Batch` of B pairs: ``src [B, S]`` ids, ``src_mask [B, S]`` (False on
+padding), ``tgt_in [B, T]`` (``<bos> y_1 … y_n``), ``tgt_out [B, T]`` (``y_1 … y_n <eos>``),
+``tgt_mask [B, T]``.
+
+Required members
+----------------
+``__init__(self, src_vocab, tgt_vocab, *, family, **options)``
+    The data's dimensions (for ``"pairs"``: source and target vocabulary sizes, the special
+    tokens ``<pad> <unk> <bos> <eos>`` included, ids 0–3), ``family`` — the alignment family a
+    method chooses (a :class:`~ppl_attention.families.Family`; sample it with ``pa.attend``) —
+    and the model's own options as keyword arguments with defaults (int, float, str or bool).
+    The command line offers every option as ``--name`` (``train --model X --help`` lists them)
+    and refuses options the model does not have. :class:`AlignmentModel` records the arguments
+    in ``self.config`` so that a run directory rebuilds the model as ``cls(**config,
+    family=…)``; they must be JSON values.
+``model(batch, *, enumerate_z=False, kl_scale=1.0)``
+    The generative program p(y, z | x). Write each alignment with ``pa.attend(site, scores,
+    values, self.family, mask=src_mask, …)`` inside ``pyro.plate("batch", B, dim=-2)`` and
+    ``pyro.plate("target", T, dim=-1)``, so the site has batch shape ``[B, T]`` and ranges over
+    the S source positions. ``enumerate_z=True`` asks for parallel enumeration of the site
+    (``infer={"enumerate": "parallel"}``, and no ``target_mask`` on it); ``kl_scale`` multiplies
+    the log-density of the alignment site (``poutine.scale``; BAM's KL annealing). Observe the
+    targets with ``pyro.sample("y", dist.Categorical(logits=…).mask(tgt_mask), obs=tgt_out)`` or
+    ``pyro.factor`` of a ``[B, T]`` log-likelihood that is 0 on padding.
+``guide(batch, *, posterior="inference", enumerate_z=False, kl_scale=1.0, baseline=None)``
+    The guide of the alignment site: ``posterior="none"`` — nothing (exact methods); ``"prior"``
+    — the prior's distribution again, from the model's own scores (hard attention, BAM);
+    ``"inference"`` — an amortized q(z | x, y) from scores the guide computes (it may read the
+    target). Sample it with ``pa.attend(site, q_scores, values, self.family, mask=…,
+    guide=True, target_mask=tgt_mask, infer=…)`` under the same plates; ``enumerate_z`` asks for
+    an enumerated guide site, ``baseline`` (``[B, T]``) is a REINFORCE baseline value to pass as
+    ``infer={"baseline": {"baseline_value": baseline}}``, and ``kl_scale`` scales the site as in
+    the model. Other latent variables of the model (a global z) are the guide's business.
+
+Declarations (class attributes, defaults in :class:`AlignmentModel`)
+--------------------------------------------------------------------
+``data = "pairs"``: which data feeds the model (:data:`~ppl_attention.data.kinds.DATA_KINDS`).
+``latents = ()``: the names of latent sites other than the alignment (a global z); with any, the
+generic exact capabilities below do not apply (the likelihood then needs z integrated out).
+``posteriors = ("none", "prior", "inference")``: the ``posterior`` values the guide offers; a
+method needing another is refused. ``families = None``: the family names the model supports
+(None: every family ``attend`` can sample, i.e. not ``markov``). ``site = "align"``: the
+alignment site's name. ``max_plate_nesting = 2``. ``training_defaults = {}``: the model's own
+defaults for training options (``lr``, ``steps``, ``batch_size``, ``clip``, ``weight_decay``,
+``kl_weight``, ``anneal_rho``, ``valid_every``). ``numpyro_twin = None``: ``"module:Class"`` of
+a NumPyro twin (same names and maths, see ``ppl_attention.numpyro.models.Seq2SeqAlignment``);
+without one, ``--backend numpyro`` is refused for the model.
+
+Capabilities (optional members that unlock tools)
+-------------------------------------------------
+=====================  ===========================================  =========================
+capability             member (shapes)                              unlocks
+=====================  ===========================================  =========================
+``alignment``          ``data = "pairs"`` and the site layout above  ``align``, AER, ``analyze``,
+                                                                     ``diagnose``
+``exact-likelihood``   ``exact_token_log_likelihood(batch)``         exact NLL in ``evaluate``
+                       → log p(y_t | x, y<t) ``[B, T]``, 0 on pad    (else an IWAE-K bound)
+``exact-posterior``    ``exact_posterior(batch)`` → p(z_t = j | x,   exact MAP alignments,
+                       y) ``[B, T, S]``                              ``exact_posterior`` group,
+                                                                     KL(exact ‖ q)
+``posterior-samples``  ``posterior_samples(batch, num_samples,       exact posterior draws in
+                       generator)`` → source positions ``[K, B, T]``  ``analyze``
+``prior``              ``prior_probs(batch)`` → p(z_t = j | x, y<t)   prior heatmaps
+                       ``[B, T, S]``
+``soft-likelihood``    ``soft_token_log_likelihood(batch)`` ``[B,    the REINFORCE baseline of
+                       T]``: the soft-attention model's                ``hard-sample``,
+                       log-likelihood                                ``vae-sample``
+``predictive``         ``start_decoding(src_ids)``,                  ``decode``, WER/PER
+                       ``decoding_step(state, prev)``,
+                       ``keep_hypotheses(state, rows, tokens)``
+=====================  ===========================================  =========================
+
+Without the member, ``exact-likelihood``, ``exact-posterior``, ``posterior-samples`` and
+``prior`` come generically from the program itself whenever the family is ``enumerable`` (or
+``deterministic``, for the likelihood): the model is run with ``enumerate_z=True`` under
+``poutine.enum`` and its one enumerated site summed out (:func:`exact_token_log_likelihood`
+…). A Markov alignment (sequential sites) needs its own members. A tool asked for a capability
+the model lacks stops before any work with :class:`~ppl_attention.errors.MissingCapability`
+naming it. :func:`capabilities` lists what a model instance has.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+from pyro import poutine
+from pyro.poutine.util import site_is_subsample
+from torch import nn
+
+from ..core.methods import POSTERIORS
+from ..data.kinds import DATA_KINDS
+from ..errors import MissingCapability, UserError
+
+__all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_model_class",
+           "check_method", "exact_token_log_likelihood", "exact_posterior",
+           "posterior_samples", "prior_probs", "declared"]
+
+#: capability → the member that provides it (for messages)
+CAPABILITIES = {
+    "alignment": "data = 'pairs' with the alignment site [B, T] over source positions",
+    "exact-likelihood": "exact_token_log_likelihood(batch) -> [B, T]",
+    "exact-posterior": "exact_posterior(batch) -> [B, T, S]",
+    "posterior-samples": "posterior_samples(batch, num_samples, generator) -> [K, B, T]",
+    "prior": "prior_probs(batch) -> [B, T, S]",
+    "soft-likelihood": "soft_token_log_likelihood(batch) -> [B, T]",
+    "predictive": "start_decoding / decoding_step / keep_hypotheses",
+}
+
+_DEFAULTS = dict(data="pairs", posteriors=POSTERIORS, families=None, site="align",
+                 max_plate_nesting=2, training_defaults={}, numpyro_twin=None, latents=())
+
+
+def declared(model_or_cls, name: str):
+    """A declaration of the contract (``data``, ``posteriors`` …), its default if not made."""
+    return getattr(model_or_cls, name, _DEFAULTS[name])
+
+
+class AlignmentModel(nn.Module):
+    """Base class of the contract (module docstring): the declarations' defaults, ``config``
+    recorded from the constructor's arguments, and :attr:`capabilities`."""
+
+    data = "pairs"
+    posteriors = POSTERIORS
+    families = None
+    latents: tuple[str, ...] = ()
+    site = "align"
+    max_plate_nesting = 2
+    training_defaults: dict = {}
+    numpyro_twin: str | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_records_config", False):
+            return
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            init(self, *args, **kw)
+            if type(self).__init__ is recording_init:  # the outermost constructor records
+                bound = inspect.signature(init).bind(self, *args, **kw)
+                bound.apply_defaults()
+                config = {}
+                for name, value in list(bound.arguments.items())[1:]:
+                    param = inspect.signature(init).parameters[name]
+                    if param.kind is param.VAR_KEYWORD:
+                        config.update(value)
+                    elif param.kind is not param.VAR_POSITIONAL and name != "family":
+                        config[name] = value
+                self.config = config
+
+        recording_init._records_config = True
+        cls.__init__ = recording_init
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return capabilities(self)
+
+
+# --- capabilities -----------------------------------------------------------------------------
+
+def _own(model, name: str) -> bool:
+    """Does the model define ``name`` itself (not only the generic implementation)?"""
+    return callable(getattr(model, name, None))
+
+
+def capabilities(model) -> frozenset[str]:
+    """What tools this model instance supports (see the module docstring)."""
+    fam = getattr(model, "family", None)
+    enumerable = bool(getattr(fam, "enumerable", False))
+    alone = not declared(model, "latents")  # the alignment is the only latent variable
+    generic = enumerable and alone and not getattr(fam, "markov", False)
+    caps = set()
+    if declared(model, "data") == "pairs":
+        caps.add("alignment")
+    if _own(model, "exact_token_log_likelihood") or generic or \
+            (alone and getattr(fam, "deterministic", False)):
+        caps.add("exact-likelihood")
+    for cap, member in (("exact-posterior", "exact_posterior"),
+                        ("posterior-samples", "posterior_samples"), ("prior", "prior_probs")):
+        if _own(model, member) or generic:
+            caps.add(cap)
+    if _own(model, "soft_token_log_likelihood"):
+        caps.add("soft-likelihood")
+    if all(_own(model, m) for m in ("start_decoding", "decoding_step", "keep_hypotheses")):
+        caps.add("predictive")
+    # a member the model defines still needs a family it applies to (a Seq2SeqAlignment with
+    # a Dirichlet family has exact_posterior, but no exact posterior exists)
+    if not (enumerable or getattr(fam, "deterministic", False)):
+        caps -= {"exact-likelihood", "exact-posterior", "posterior-samples", "prior"}
+    if getattr(fam, "deterministic", False):
+        caps -= {"exact-posterior", "posterior-samples", "prior"}
+    return frozenset(caps)
+
+
+def require(model, *caps: str, tool: str = "this command") -> None:
+    """Raise :class:`MissingCapability` naming the first capability ``model`` lacks."""
+    have = capabilities(model)
+    for cap in caps:
+        if cap not in have:
+            fam = getattr(getattr(model, "family", None), "name", "?")
+            raise MissingCapability(
+                f"{tool} needs the capability {cap!r}, which {type(model).__name__} with the "
+                f"{fam!r} family does not have (it is provided by {CAPABILITIES[cap]}; see "
+                f"docs/architecture.md)")
+
+
+# --- generic implementations ------------------------------------------------------------------
+
+def _enumerated_joint(model, batch):
+    """log p(y_t, z_t = j | x, y<t) ``[S, B, T]`` (the model run with its alignment site
+    enumerated), or ``[B, T]`` when nothing is enumerated (a deterministic family)."""
+    nest = declared(model, "max_plate_nesting")
+    enum = poutine.enum(model.model, first_available_dim=-1 - nest)
+    trace = poutine.trace(enum).get_trace(batch, enumerate_z=True)
+    trace.compute_log_prob()
+    B, T = batch.tgt_out.shape
+    enumerated = [n for n, s in trace.nodes.items()
+                  if s["type"] == "sample" and s["infer"].get("_enumerate_dim") is not None]
+    if len(enumerated) > 1:
+        raise MissingCapability(
+            f"{type(model).__name__}: the generic exact likelihood sums out one enumerated "
+            f"alignment site; this model enumerates {len(enumerated)} ({', '.join(enumerated)}) "
+            f"— implement exact_token_log_likelihood / exact_posterior (docs/architecture.md)")
+    total = None
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site_is_subsample(site):
+            continue
+        if not site["is_observed"] and name not in enumerated:
+            raise MissingCapability(
+                f"{type(model).__name__}: the latent site {name!r} is neither observed nor "
+                f"enumerated, so the generic exact likelihood does not apply (declare it in "
+                f"`latents`, or implement exact_token_log_likelihood)")
+        lp = site["log_prob"]
+        if lp.dim() < 2 or tuple(lp.shape[-2:]) != (B, T):
+            raise MissingCapability(
+                f"{type(model).__name__}: site {name!r} has log-density of shape "
+                f"{list(lp.shape)}; the generic exact likelihood needs every site under the "
+                f"[batch, target] = [{B}, {T}] plates — implement exact_token_log_likelihood")
+        total = lp if total is None else total + lp
+    if enumerated:
+        S = batch.src.shape[-1]
+        total = total.reshape(-1, B, T)
+        if total.shape[0] != S:
+            raise MissingCapability(
+                f"{type(model).__name__}: the enumerated site {enumerated[0]!r} has "
+                f"{total.shape[0]} values, not the {S} source positions")
+    return total, bool(enumerated)
+
+
+def exact_token_log_likelihood(model, batch) -> torch.Tensor:
+    """log p(y_t | x, y<t) ``[B, T]``: the model's own member, or its one enumerated site summed
+    out (a deterministic family: the log-likelihood as it stands)."""
+    if _own(model, "exact_token_log_likelihood"):
+        return model.exact_token_log_likelihood(batch)
+    require(model, "exact-likelihood", tool="the exact likelihood")
+    joint, enumerated = _enumerated_joint(model, batch)
+    return joint.logsumexp(0) if enumerated else joint
+
+
+def exact_posterior(model, batch) -> torch.Tensor:
+    """p(z_t = j | x, y) ``[B, T, S]``: the model's own member, or Bayes' rule on the
+    enumerated joint."""
+    if _own(model, "exact_posterior"):
+        return model.exact_posterior(batch)
+    require(model, "exact-posterior", tool="the exact posterior")
+    joint, _ = _enumerated_joint(model, batch)
+    return joint.softmax(0).permute(1, 2, 0)
+
+
+def posterior_samples(model, batch, num_samples: int, generator=None) -> torch.Tensor:
+    """Exact posterior draws of the alignment, source positions ``[K, B, T]``: the model's own
+    member, or independent draws from the marginals (exact when the z_t are conditionally
+    independent given x and y, as for one site under the target plate)."""
+    if _own(model, "posterior_samples"):
+        return model.posterior_samples(batch, num_samples, generator)
+    require(model, "posterior-samples", tool="exact posterior sampling")
+    post = exact_posterior(model, batch)
+    B, T, S = post.shape
+    idx = torch.multinomial(post.reshape(-1, S).clamp_min(0), num_samples, replacement=True,
+                            generator=generator)
+    return idx.T.reshape(num_samples, B, T)
+
+
+def prior_probs(model, batch) -> torch.Tensor:
+    """p(z_t = j | x, y<t) ``[B, T, S]``: the model's own member, or the enumerated site's
+    prior distribution evaluated on its support."""
+    if _own(model, "prior_probs"):
+        return model.prior_probs(batch)
+    require(model, "prior", tool="the alignment prior")
+    site = declared(model, "site")
+    trace = poutine.trace(model.model).get_trace(batch, enumerate_z=True)
+    if site not in trace.nodes:
+        raise MissingCapability(f"{type(model).__name__}: no site {site!r} in the model "
+                                f"(declare `site = …` with the alignment site's name)")
+    fn = trace.nodes[site]["fn"]
+    support = fn.enumerate_support(expand=False)
+    return fn.log_prob(support).exp().reshape(support.shape[0], *fn.batch_shape).permute(1, 2, 0)
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+def _accepts(fn, names) -> list[str]:
+    """The names of ``names`` that ``fn`` cannot take as keyword arguments."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return list(names)
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return []
+    return [n for n in names if n not in params]
+
+
+def check_model_class(cls, where: str = "the model") -> None:
+    """Refuse, naming every missing member, a class that does not meet the contract."""
+    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+        raise UserError(f"{where}: {cls!r} is not a torch.nn.Module class (subclass "
+                        f"ppl_attention.models.AlignmentModel; docs/architecture.md)")
+    problems = []
+    data = declared(cls, "data")
+    if data not in DATA_KINDS:
+        problems.append(f"data = {data!r} is not a data kind ({', '.join(DATA_KINDS)})")
+    else:
+        missing = _accepts(cls.__init__, (*DATA_KINDS[data].dims, "family"))
+        if missing:
+            problems.append(f"__init__ takes no {', '.join(missing)} (a {data!r} model is built "
+                            f"as cls({', '.join(DATA_KINDS[data].dims)}, family=…, **options))")
+    for name, kws in (("model", ("enumerate_z", "kl_scale")),
+                      ("guide", ("posterior", "enumerate_z", "kl_scale"))):
+        fn = getattr(cls, name, None)
+        if not callable(fn):
+            problems.append(f"no {name}(batch, *, {', '.join(kws)}) method")
+        else:
+            missing = _accepts(fn, kws)
+            if missing:
+                problems.append(f"{name}() takes no {', '.join(missing)} keyword")
+    bad = [p for p in declared(cls, "posteriors") if p not in POSTERIORS]
+    if bad:
+        problems.append(f"posteriors {bad} are not among {POSTERIORS}")
+    if problems:
+        raise UserError(f"{where}: {cls.__name__} does not meet the model contract "
+                        f"(docs/architecture.md): " + "; ".join(problems))
+
+
+def check_method(cls, method, family=None, where: str = "") -> None:
+    """Refuse a (model class, method) pair the model cannot train: a guide posterior it does
+    not offer, a family it does not support, a capability the method needs."""
+    name = cls.__name__
+    posteriors = declared(cls, "posteriors")
+    if method.posterior not in posteriors:
+        raise UserError(f"{where}method {method.name!r} needs the guide posterior "
+                        f"{method.posterior!r}, which {name} does not offer (its posteriors: "
+                        f"{', '.join(posteriors)})")
+    spec = method.family_spec
+    families = declared(cls, "families")
+    if families is None and spec.markov:
+        raise UserError(f"{where}method {method.name!r} samples a Markov chain of alignments "
+                        f"({spec.name}); {name} does not declare it in `families` (a chain needs "
+                        f"sequential sites, which pa.attend cannot write)")
+    if families is not None and spec.name not in families:
+        raise UserError(f"{where}method {method.name!r} uses the {spec.name!r} family; {name} "
+                        f"supports {', '.join(families)}")
+    for cap in method.requires:
+        member = {"soft-likelihood": "soft_token_log_likelihood"}[cap]
+        if not callable(getattr(cls, member, None)):
+            raise MissingCapability(f"{where}method {method.name!r} needs the capability "
+                                    f"{cap!r} ({CAPABILITIES[cap]}), which {name} does not have")
