@@ -33,9 +33,10 @@ def _job(job):
     import torch
 
     torch.set_num_threads(1)
+    from ppl_attention.seq_vae_cli import train_seq_vae
+
     from ppl_attention.cli import build_parser
     from ppl_attention.inference import Run
-    from ppl_attention.seq_vae_cli import train_seq_vae
 
     out = Path(args.out) / f"{name.replace(' ', '_').replace('+', 'and')}-seed{seed}"
     if (out / "COMPLETE").exists():

@@ -4,6 +4,10 @@ The public surface::
 
     import ppl_attention as pa
     ctx, w = pa.attend("align", scores, values, family=pa.Categorical(), mask=src_mask)
+
+Models (``pa.models``: the contract ``AlignmentModel`` and the collection), inference
+(``pa.inference``: methods, ``fit``, ``evaluate``, ``Run``), data (``pa.data``) and the ArviZ
+analysis (``pa.analysis``) are subpackages.
 """
 
 from .attend import attend, broadcast_source_mask
@@ -64,9 +68,9 @@ __all__ = [
 
 
 def __getattr__(name):
-    """``pa.analysis`` (ArviZ) and ``pa.numpyro`` (JAX) load on first use: importing the package
-    stays light when they are not needed."""
-    if name in ("analysis", "numpyro"):
+    """The subpackages (``pa.models``, ``pa.inference``, ``pa.data``, ``pa.analysis`` — ArviZ —,
+    ``pa.numpyro`` — JAX) load on first use: importing the package stays light."""
+    if name in ("analysis", "numpyro", "models", "inference", "data", "core", "errors"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -24,6 +24,7 @@ import torch
 from torch.distributions import Gamma, LogNormal, Normal, Weibull, kl_divergence, register_kl
 
 from .distributions import MaskedDirichlet
+from .errors import UserError
 
 __all__ = ["kl_weibull_gamma", "kl_lognormal_lognormal", "kl_masked_dirichlet", "REGISTERED"]
 
@@ -54,7 +55,7 @@ def kl_lognormal_lognormal(p: LogNormal, q: LogNormal) -> torch.Tensor:
 @register_kl(MaskedDirichlet, MaskedDirichlet)
 def kl_masked_dirichlet(p: MaskedDirichlet, q: MaskedDirichlet) -> torch.Tensor:
     if p.source_mask.shape != q.source_mask.shape or not torch.equal(p.source_mask, q.source_mask):
-        raise ValueError("KL(MaskedDirichlet ‖ MaskedDirichlet) needs the same mask on both sides")
+        raise UserError("KL(MaskedDirichlet ‖ MaskedDirichlet) needs the same mask on both sides")
     m = p.source_mask.to(p.concentration.dtype)
     a, b = p.concentration, q.concentration
     a0, b0 = (a * m).sum(-1), (b * m).sum(-1)

@@ -21,6 +21,8 @@ import warnings
 
 import numpy as np
 
+from .errors import UserError
+
 Links = set[tuple[int, int]]
 
 
@@ -30,7 +32,7 @@ def aer(predicted: list[Links], sure: list[Links], possible: list[Links] | None 
     With no separate possible links (P = S) this is 1 − 2|A∩S| / (|A| + |S|).
     """
     if len(predicted) != len(sure):
-        raise ValueError(f"{len(predicted)} predicted alignments but {len(sure)} gold ones")
+        raise UserError(f"{len(predicted)} predicted alignments but {len(sure)} gold ones")
     possible = possible or sure
     a_s = a_p = n_a = n_s = 0
     for a, s, p in zip(predicted, sure, possible):
@@ -62,12 +64,12 @@ def wer_per(hypotheses: dict[str, list[str]], references: dict[str, list[list[st
     Σ_w min_r edit(h_w, r) / Σ_w |r*_w| with r*_w the closest reference (ties: the shorter).
     """
     if not hypotheses:
-        raise ValueError("no hypotheses to score")
+        raise UserError("no hypotheses to score")
     wrong, edits, length = 0, 0, 0
     for word, hyp in hypotheses.items():
         refs = references.get(word)
         if not refs:
-            raise ValueError(f"no reference pronunciation for {word!r}")
+            raise UserError(f"no reference pronunciation for {word!r}")
         wrong += hyp not in refs
         d, n = min((edit_distance(hyp, r), len(r)) for r in refs)
         edits += d
@@ -80,11 +82,11 @@ PAVPU_THRESHOLDS = (0.01, 0.05, 0.1)
 def _check(probs, labels):
     probs, labels = np.asarray(probs, float), np.asarray(labels)
     if probs.ndim != 3:
-        raise ValueError(f"probs must be [draws, examples, classes], got shape {probs.shape}")
+        raise UserError(f"probs must be [draws, examples, classes], got shape {probs.shape}")
     if labels.shape != probs.shape[1:2]:
-        raise ValueError(f"labels {labels.shape} do not match {probs.shape[1]} examples")
+        raise UserError(f"labels {labels.shape} do not match {probs.shape[1]} examples")
     if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[2]):
-        raise ValueError(f"labels must lie in [0, {probs.shape[2]}), got {labels.min()}.."
+        raise UserError(f"labels must lie in [0, {probs.shape[2]}), got {labels.min()}.."
                          f"{labels.max()}")
     return probs, labels
 

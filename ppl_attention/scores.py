@@ -21,6 +21,8 @@ import math
 import torch
 from torch import nn
 
+from .errors import UserError
+
 __all__ = [
     "AdditiveScore",
     "BilinearScore",
@@ -34,14 +36,14 @@ __all__ = [
 
 def _check_qk(queries: torch.Tensor, keys: torch.Tensor, dq: int | None, dk: int | None) -> None:
     if queries.dim() < 2 or keys.dim() < 2:
-        raise ValueError(
+        raise UserError(
             f"queries and keys need at least 2 dims ([..., T, dq] and [..., S, dk]); "
             f"got queries {list(queries.shape)} and keys {list(keys.shape)}"
         )
     if dq is not None and queries.shape[-1] != dq:
-        raise ValueError(f"queries: last dim should be {dq}, got shape {list(queries.shape)}")
+        raise UserError(f"queries: last dim should be {dq}, got shape {list(queries.shape)}")
     if dk is not None and keys.shape[-1] != dk:
-        raise ValueError(f"keys: last dim should be {dk}, got shape {list(keys.shape)}")
+        raise UserError(f"keys: last dim should be {dk}, got shape {list(keys.shape)}")
 
 
 class AdditiveScore(nn.Module):
@@ -103,13 +105,13 @@ class DotScore(nn.Module):
     def __init__(self, query_dim: int | None = None, key_dim: int | None = None):
         super().__init__()
         if query_dim is not None and key_dim is not None and query_dim != key_dim:
-            raise ValueError(f"dot score needs query_dim == key_dim, got {query_dim} and {key_dim}")
+            raise UserError(f"dot score needs query_dim == key_dim, got {query_dim} and {key_dim}")
         self.query_dim, self.key_dim = query_dim, key_dim
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         _check_qk(queries, keys, self.query_dim, self.key_dim)
         if queries.shape[-1] != keys.shape[-1]:
-            raise ValueError(
+            raise UserError(
                 f"dot score needs equal query and key sizes: queries {list(queries.shape)}, "
                 f"keys {list(keys.shape)}"
             )
@@ -140,7 +142,7 @@ class MultiHeadScore(nn.Module):
         super().__init__()
         model_dim = model_dim or query_dim
         if heads < 1 or model_dim % heads:
-            raise ValueError(f"model_dim={model_dim} must be a positive multiple of heads={heads}")
+            raise UserError(f"model_dim={model_dim} must be a positive multiple of heads={heads}")
         self.query_dim, self.key_dim, self.heads = query_dim, key_dim, heads
         self.head_dim = model_dim // heads
         self.Wq = nn.Linear(query_dim, model_dim, bias=False)
@@ -177,5 +179,5 @@ def make_score(name: str, query_dim: int, key_dim: int, **kwargs) -> nn.Module:
     try:
         cls = SCORES[name]
     except KeyError:
-        raise ValueError(f"unknown score {name!r}; valid: {', '.join(SCORES)}") from None
+        raise UserError(f"unknown score {name!r}; valid: {', '.join(SCORES)}") from None
     return cls(query_dim, key_dim, **kwargs)

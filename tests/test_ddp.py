@@ -131,7 +131,7 @@ def test_the_surrogate_has_the_gradient_of_pyros_own_loss_and_grads(method, floa
     theirs = theirs[0] if isinstance(theirs, tuple) else theirs
     g1 = _grads(model)
     pyro.set_rng_seed(3)
-    ours, surrogate = differentiable_loss(m, elbo, model, batch, 0)
+    ours, surrogate = differentiable_loss(m, elbo, model, batch, 0, m.kl_scale(0))
     surrogate.backward()
     g2 = _grads(model)
     assert ours == pytest.approx(theirs, rel=1e-10)
@@ -143,7 +143,7 @@ def test_the_surrogate_has_the_gradient_of_pyros_own_loss_and_grads(method, floa
 @pytest.mark.parametrize("extra, message", [
     (["--batch-size", "1"], "cannot be split over 2 processes"),
     (["--backend", "numpyro"], "NumPyro shards batches over JAX devices"),
-    (["--model", "seq-vae"], "trains --model seq2seq, not seq-vae"),
+    (["--method", "hmm-exact", "--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
 ])
 def test_a_bad_torchrun_launch_is_refused_before_any_work(tmp_path, monkeypatch, capsys, extra,
                                                           message):

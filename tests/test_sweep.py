@@ -110,13 +110,13 @@ def test_set_sweeps_settings_into_named_runs(data_dir, tmp_path, capsys):
 @pytest.mark.parametrize("bad, message", [
     (["--set", "colour=red"], "'colour' cannot be swept"),
     (["--set", "hidden=8,abc"], "hidden=abc: not a valid int"),
-    (["--set", "lr-schedule=cosine,wavy"], "valid values: cosine, constant"),
+    (["--set", "lr-schedule=cosine,wavy"], "valid values: constant, cosine"),
     (["--set", "hidden"], "expected KEY=V1,V2"),
     (["--set", "hidden=8", "--set", "hidden=12"], "given twice"),
     (["--methods", "exact,nope"], "unknown method 'nope'"),
     (["--ray", "local", "--jobs", "2"], "--jobs runs worker processes"),
     (["--methods", "vae-rws", "--set", "backend=pyro,numpyro"], "has no NumPyro counterpart"),
-    (["--set", "devices=1,2"], "set backend numpyro with it"),
+    (["--set", "devices=1,2"], "use --backend numpyro"),
 ])
 def test_bad_sweep_options_are_refused_before_any_work(data_dir, tmp_path, capsys, bad, message):
     out = tmp_path / "never"

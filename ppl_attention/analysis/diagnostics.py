@@ -36,8 +36,13 @@ from ..data.batching import make_batches
 from ..errors import UserError
 from ..inference.evaluate import guide_posterior, log_importance_weights
 from ..metrics import aer
-from ..models.base import capabilities, declared, exact_posterior, exact_token_log_likelihood
-from ..models.base import require
+from ..models.base import (
+    capabilities,
+    declared,
+    exact_posterior,
+    exact_token_log_likelihood,
+    require,
+)
 
 __all__ = ["guide_diagnostics", "KHAT_THRESHOLD", "MIN_DISTINCT"]
 

@@ -33,8 +33,8 @@ from pyro.poutine.util import site_is_subsample
 from tqdm.auto import tqdm
 
 from ..attend import recording
-from ..errors import UserError
 from ..data.batching import make_batches
+from ..errors import UserError
 from ..inference.evaluate import guide_posterior
 from ..inference.methods import get_method
 from ..models.base import (
@@ -53,7 +53,7 @@ def _site(calls, site: str):
     for c in calls:
         if c.name == site:
             return c
-    raise ValueError(f"no pa.attend call wrote the site {site!r} (declare the model's `site`)")
+    raise UserError(f"no pa.attend call wrote the site {site!r} (declare the model's `site`)")
 
 
 def _observed(trace, skip: str) -> torch.Tensor:

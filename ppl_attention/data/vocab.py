@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from ..errors import UserError
+
 UNK, PAD, BOS, EOS = "<unk>", "<pad>", "<bos>", "<eos>"
 SPECIALS = (UNK, PAD, BOS, EOS)
 
@@ -14,7 +16,7 @@ class Vocab:
         self.itos: list[str] = list(SPECIALS) + [t for t in tokens if t not in SPECIALS]
         self.stoi = {t: i for i, t in enumerate(self.itos)}
         if len(self.stoi) != len(self.itos):
-            raise ValueError("duplicate tokens in vocabulary")
+            raise UserError("duplicate tokens in vocabulary")
         self.unk, self.pad, self.bos, self.eos = (self.stoi[s] for s in SPECIALS)
 
     @classmethod
@@ -39,5 +41,5 @@ class Vocab:
     @classmethod
     def from_list(cls, itos: list[str]) -> Vocab:
         if list(itos[: len(SPECIALS)]) != list(SPECIALS):
-            raise ValueError(f"vocabulary must start with {SPECIALS}")
+            raise UserError(f"vocabulary must start with {SPECIALS}")
         return cls(itos[len(SPECIALS):])

@@ -29,7 +29,7 @@ def _env_int(name: str) -> int | None:
     try:
         return int(v)
     except ValueError:
-        raise ValueError(f"environment variable {name}={v!r} is not an integer") from None
+        raise UserError(f"environment variable {name}={v!r} is not an integer") from None
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Distributed:
             return None
         rank = _env_int("RANK")
         if world < 1 or rank is None or not 0 <= rank < world:
-            raise ValueError(f"WORLD_SIZE={world}, RANK={rank}: not a torchrun launch "
+            raise UserError(f"WORLD_SIZE={world}, RANK={rank}: not a torchrun launch "
                              f"(launch with torchrun --nproc_per_node N)")
         return cls(rank, world)
 

@@ -14,11 +14,12 @@ import math
 import pyro
 import torch
 from pyro import poutine
-from pyro.poutine.util import site_is_subsample
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
+from pyro.poutine.util import site_is_subsample
 
 from ..attend import recording
 from ..backends import get_backend
+from ..errors import UserError
 from ..metrics import aer
 from ..models.base import capabilities, declared, exact_posterior, exact_token_log_likelihood
 from .methods import get_method
@@ -61,7 +62,7 @@ def _per_pair(trace, B: int) -> torch.Tensor:
             continue
         lp = site["log_prob"]
         if dim is None or lp.dim() < -dim or lp.shape[dim] != B:
-            raise ValueError(f"site {name!r} is not under the plate 'batch' of size {B} "
+            raise UserError(f"site {name!r} is not under the plate 'batch' of size {B} "
                              f"(log-density shape {list(lp.shape)}); per-pair importance weights "
                              f"need every site inside pyro.plate('batch', B)")
         right = tuple(range(dim + 1, 0))
@@ -137,7 +138,7 @@ def _site_call(calls, site: str):
     for c in calls:
         if c.name == site:
             return c
-    raise ValueError(f"no pa.attend call wrote the site {site!r} (declare the model's `site`)")
+    raise UserError(f"no pa.attend call wrote the site {site!r} (declare the model's `site`)")
 
 
 @torch.no_grad()

@@ -183,7 +183,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         if exp.devices != 1:
             backend.check_devices(exp.devices, max(b.size for b in train))
         extra["devices"] = exp.devices
-    train_opts = {k: v for k, v in opts.items() if k != "batch_size"}
+    train_opts = {k: v for k, v in exp.training.items() if k != "batch_size"}  # fit fills the
+    # rest from the model's defaults
     run = backend.fit(model, train, method, seed=seed, src_vocab=data.vocabs.get("src_vocab"),
                       tgt_vocab=data.vocabs.get("tgt_vocab"), valid=valid, resume=resume,
                       progress=progress, out=out if exp.checkpoint_every else None,

@@ -75,8 +75,8 @@ def _initialize_lazy_parameters(model, objective: MethodObjective, batch) -> Non
     """A family that builds its parameters on first use (a BAM prior network made without
     ``key_dim``) gets them now, by one run of the model (no gradient, the RNG state restored),
     so that the optimizer sees them."""
-    lazy = [m for m in model.modules()
-            if getattr(m, "prior_kind", None) == "contextual" and getattr(m, "prior_net", 1) is None]
+    lazy = [m for m in model.modules() if getattr(m, "prior_kind", None) == "contextual"
+            and getattr(m, "prior_net", 1) is None]
     if not lazy:
         return
     kw = objective.step_kwargs(model, 0)

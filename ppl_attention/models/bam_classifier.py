@@ -11,9 +11,9 @@ Guide (BAM, ``posterior="prior"``): each layer's weights from q(W | e), the fami
 at the *same* scores (mean softmax(e)); the prior is the family's (contextual: key-dependent
 Gamma / LogNormal mean, or constant: uniform mean). The family comes from the method (``soft``,
 ``bam-weibull``, ``bam-lognormal``); the attention sites' KL terms are weighted by
-η·sigmoid(t·ρ − 6) (BAM's annealing; this model's defaults η = 10⁻³, ρ = 0.01) while training. Prediction: ``mode="mean"`` uses the deterministic mean
-weights softmax(e) (BAM at test time); ``mode="sample"`` draws the weights from q (posterior
-sampling, for uncertainty).
+η·sigmoid(t·ρ − 6) (BAM's annealing; this model's defaults η = 10⁻³, ρ = 0.01) while training.
+Prediction: ``mode="mean"`` uses the deterministic mean weights softmax(e) (BAM at test time);
+``mode="sample"`` draws the weights from q (posterior sampling, for uncertainty).
 """
 
 from __future__ import annotations
@@ -101,14 +101,14 @@ class BAMClassifier(AlignmentModel):
                                 for _ in range(layers))
         self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
         self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
-        self.families = nn.ModuleList(layer_family(family, prior, self.dh)
+        self.layer_families = nn.ModuleList(layer_family(family, prior, self.dh)
                                       for _ in range(layers))
         self.head = nn.Linear(d, n_classes)
 
     @property
     def family(self) -> Family:
         """The family of every head (each layer holds its own copy)."""
-        return self.families[0]
+        return self.layer_families[0]
 
     @property
     def stochastic(self) -> bool:
@@ -142,7 +142,7 @@ class BAMClassifier(AlignmentModel):
         for layer in range(len(self.qkv)):
             q, k, v = self.qkv[layer](h).view(B, N, 3, self.heads, self.dh).permute(2, 0, 3, 1, 4)
             e = q @ k.transpose(-1, -2) / math.sqrt(self.dh)  # [B, H, N, N]
-            ctx = attend_by_mode(f"attn_{layer}", e, v, self.families[layer], mask, k, mode,
+            ctx = attend_by_mode(f"attn_{layer}", e, v, self.layer_families[layer], mask, k, mode,
                                  plates or (), scale)
             h = self.ln1[layer](h + self.out[layer](ctx.transpose(1, 2).reshape(B, N, -1)))
             h = self.ln2[layer](h + self.ff[layer](h))

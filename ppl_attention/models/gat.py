@@ -14,7 +14,6 @@ neighbour it needs and no NaN weights. Full-batch training on one graph.
 from __future__ import annotations
 
 import contextlib
-import math
 
 import pyro
 import pyro.distributions as dist
@@ -26,8 +25,8 @@ from torch import nn
 from ..data.graphs import Graph, check_graph
 from ..errors import UserError
 from ..families import Family
-from .base import AlignmentModel
 from .bam_classifier import BAM_FAMILIES, attend_by_mode, label_report, layer_family
+from .base import AlignmentModel
 
 __all__ = ["BayesianGAT", "predict_gat"]
 
@@ -60,11 +59,11 @@ class BayesianGAT(AlignmentModel):
                                       for (_, o), h in zip(dims, self.layer_heads))
         self.a_dst = nn.ParameterList(nn.Parameter(0.1 * torch.randn(h, o))
                                       for (_, o), h in zip(dims, self.layer_heads))
-        self.families = nn.ModuleList(layer_family(family, prior, o) for _, o in dims)
+        self.layer_families = nn.ModuleList(layer_family(family, prior, o) for _, o in dims)
 
     @property
     def family(self) -> Family:
-        return self.families[0]
+        return self.layer_families[0]
 
     @property
     def stochastic(self) -> bool:
@@ -89,7 +88,7 @@ class BayesianGAT(AlignmentModel):
             mask = nbr.expand(heads, n, n)
             plates = ((pyro.plate(f"heads_{layer}", heads, dim=-2), plate_n)
                       if mode in ("model", "guide") else ())
-            out = attend_by_mode(f"attn_{layer}", e, z, self.families[layer], mask, z, mode,
+            out = attend_by_mode(f"attn_{layer}", e, z, self.layer_families[layer], mask, z, mode,
                                  plates, scale)
             x = F.elu(out.transpose(0, 1).reshape(n, -1)) if layer == 0 else out[0]
         return x

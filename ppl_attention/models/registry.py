@@ -3,18 +3,18 @@ with the data it is trained on and the reference it is scored against. ``--model
 entry's name or a user's model by its location, ``path/to/file.py:ClassName`` or
 ``package.module:ClassName`` (:func:`load_model_class`).
 
-=================  ========================  ==========  ===========================================
+=================  ========================  ==========  ==========================================
 name               class                     data        reference
-=================  ========================  ==========  ===========================================
-``seq2seq``        ``Seq2SeqAlignment``      pairs       exact enumeration (the forward algorithm for
-                                                         ``hmm-exact``); on built-in tasks the
+=================  ========================  ==========  ==========================================
+``seq2seq``        ``Seq2SeqAlignment``      pairs       exact enumeration (the forward algorithm
+                                                         for ``hmm-exact``); on built-in tasks the
                                                          generator's exact NLL (the floor)
 ``seq-vae``        ``AttentionSeqVAE``       sequences   IWAE-100 bound on log p(x)
 ``bam-classifier`` ``BAMClassifier``         images      accuracy and calibration on held-out and
                                                          noisy digits
 ``gat``            ``BayesianGAT``           graph       accuracy and calibration on held-out nodes
 ``bayesian-ibm2``  ``ibm2_model`` (NumPyro)  pairs       NUTS (4 chains): SVI posteriors against it
-=================  ========================  ==========  ===========================================
+=================  ========================  ==========  ==========================================
 """
 
 from __future__ import annotations

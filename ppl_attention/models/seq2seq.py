@@ -158,7 +158,7 @@ class Seq2SeqAlignment(AlignmentModel):
         output with the prior's mean context."""
         h, _, ctx = state
         if self.markov:
-            raise ValueError("the Markov family's predictive needs the filter: use "
+            raise UserError("the Markov family's predictive needs the filter: use "
                              "markov_predictive")
         if self.family.enumerable:
             log_prior = torch.where(src_mask, e, torch.full_like(e, -torch.inf)).log_softmax(-1)
@@ -197,7 +197,10 @@ class Seq2SeqAlignment(AlignmentModel):
     def exact_token_log_likelihood(self, batch) -> torch.Tensor:
         """log p(y_t | x, y<t) = log Σ_j p(z_t = j | ·) p(y_t | ·, z_t = j), ``[B, T]``, 0 on
         padding: the categorical-alignment model's exact marginal (the forward algorithm for
-        :class:`~ppl_attention.families.MarkovCategorical`)."""
+        :class:`~ppl_attention.families.MarkovCategorical`; the likelihood as it stands for a
+        deterministic family)."""
+        if self.family.deterministic:  # soft attention, CRF marginals: nothing to sum out
+            return self.soft_token_log_likelihood(batch)
         if self.markov:
             return self._markov_forward(batch)[0]
         log_prior, emis = self.prior_and_emissions(batch)
@@ -373,7 +376,7 @@ class Seq2SeqAlignment(AlignmentModel):
         elif posterior == "inference":
             scores = self.inference_scores(batch, H)
         else:
-            raise ValueError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
+            raise UserError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
         scale_arg = None
         if isinstance(self.family, GaussianContext):
             mean = masked_softmax(scores, batch.src_mask.unsqueeze(1)) @ H

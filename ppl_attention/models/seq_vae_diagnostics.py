@@ -118,7 +118,6 @@ def latent_diagnostics(model, batches, iwae_k: int = 100, mi_sequences: int = 20
     log_qz = torch.stack([_normal_log_prob(z[i], mu_m, sigma_m).logsumexp(0) for i in range(m)])
     mutual_info = float((log_q_own - (log_qz - math.log(m))).mean())
     report = {
-        "method": "seq-vae",
         "generative": model.generative,
         "n_sequences": n_seq,
         "n_tokens": n_tok,

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
+from ..errors import UserError
 from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask"]
@@ -26,7 +27,7 @@ def broadcast_source_mask(mask, scores, arg: str = "mask"):
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         if _concrete(mask) and not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError(f"{arg} must be boolean or 0/1, got values other than 0 and 1")
+            raise UserError(f"{arg} must be boolean or 0/1, got values other than 0 and 1")
         mask = mask.astype(bool)
     given = list(mask.shape)
     if mask.ndim == scores.ndim - 1:
@@ -34,27 +35,27 @@ def broadcast_source_mask(mask, scores, arg: str = "mask"):
     try:
         mask = jnp.broadcast_to(mask, scores.shape)
     except ValueError:
-        raise ValueError(f"{arg} of shape {given} does not broadcast to scores "
+        raise UserError(f"{arg} of shape {given} does not broadcast to scores "
                          f"{list(scores.shape)} (expected [..., S] or [..., T, S] with "
                          f"S={scores.shape[-1]})") from None
     if _concrete(mask):
         empty = ~mask.any(-1)
         if bool(empty.any()):
-            raise ValueError(f"{arg} hides every source position for {int(empty.sum())} "
+            raise UserError(f"{arg} hides every source position for {int(empty.sum())} "
                              f"querie(s); every query needs at least one unmasked position")
     return mask
 
 
 def _check_inputs(scores, values) -> None:
     if scores.ndim < 2:
-        raise ValueError(f"scores must be [..., T, S], got shape {list(scores.shape)}")
+        raise UserError(f"scores must be [..., T, S], got shape {list(scores.shape)}")
     if values.ndim < 2:
-        raise ValueError(f"values must be [..., S, dv], got shape {list(values.shape)}")
+        raise UserError(f"values must be [..., S, dv], got shape {list(values.shape)}")
     if scores.shape[-1] != values.shape[-2]:
-        raise ValueError(f"scores and values disagree on the source length S: scores "
+        raise UserError(f"scores and values disagree on the source length S: scores "
                          f"{list(scores.shape)}, values {list(values.shape)}")
     if _concrete(scores) and not bool(jnp.isfinite(scores).all()):
-        raise ValueError(f"scores must be finite (exclude positions with mask=, not with -inf); "
+        raise UserError(f"scores must be finite (exclude positions with mask=, not with -inf); "
                          f"got {int((~jnp.isfinite(scores)).sum())} non-finite entries")
 
 
@@ -70,14 +71,14 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
     """
     family = make_family(family)
     if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
+        raise UserError(f"name must be a non-empty string, got {name!r}")
     scores, values = jnp.asarray(scores), jnp.asarray(values)
     _check_inputs(scores, values)
     mask = broadcast_source_mask(mask, scores)
     if keys is None:
         keys = values
     elif keys.shape[-2] != scores.shape[-1]:
-        raise ValueError(f"keys {list(keys.shape)} and scores {list(scores.shape)} disagree on "
+        raise UserError(f"keys {list(keys.shape)} and scores {list(scores.shape)} disagree on "
                          f"the source length S")
     if guide:
         fn = family.posterior(scores, mask, values=values, scale=scale)
@@ -93,7 +94,7 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
         try:
             jnp.broadcast_to(target_mask, fn.batch_shape)
         except ValueError:
-            raise ValueError(f"target_mask of shape {list(target_mask.shape)} does not broadcast "
+            raise UserError(f"target_mask of shape {list(target_mask.shape)} does not broadcast "
                              f"to the site's batch shape {list(fn.batch_shape)}") from None
         fn = fn.mask(target_mask)
     value = numpyro.sample(name, fn, infer=dict(infer) if infer else {})

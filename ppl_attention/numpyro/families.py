@@ -162,7 +162,7 @@ class _BayesianAttention(Family):
         if self.prior_kind == "constant":
             return {}
         if self.key_dim is None:
-            raise ValueError("init needs key_dim (the size of the keys the prior network reads)")
+            raise UserError("init needs key_dim (the size of the keys the prior network reads)")
         k1, k2 = jax.random.split(key)
         return {**init_linear(k1, "prior_net.0", self.key_dim, self.d_mid),
                 **init_linear(k2, "prior_net.2", self.d_mid, 1)}
@@ -173,7 +173,7 @@ class _BayesianAttention(Family):
             key_scores = jnp.zeros(keys.shape[:-1], keys.dtype)
         else:
             if not params:
-                raise ValueError(f"{type(self).__name__}(prior='contextual') needs its "
+                raise UserError(f"{type(self).__name__}(prior='contextual') needs its "
                                  "prior-network params= (family.init(key) makes them)")
             hidden = jax.nn.relu(linear(params, "prior_net.0", keys))
             key_scores = linear(params, "prior_net.2", hidden)[..., 0]
@@ -339,11 +339,11 @@ class MarkovCategorical(Family):
         return ll, filters
 
     def prior(self, scores, mask, keys, values, params=None):
-        raise ValueError("MarkovCategorical has no vectorized prior: each z_t depends on "
+        raise UserError("MarkovCategorical has no vectorized prior: each z_t depends on "
                          "z_{t-1}; draw it with transition_log_probs in a scan")
 
     def posterior(self, scores, mask, values, scale=None):
-        raise ValueError("MarkovCategorical is marginalized exactly; it has no guide family")
+        raise UserError("MarkovCategorical is marginalized exactly; it has no guide family")
 
     def context(self, value, values):
         return jax.nn.one_hot(value, values.shape[-2], dtype=values.dtype) @ values

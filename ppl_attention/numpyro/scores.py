@@ -14,6 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from ..errors import UserError
 from .nn import Params, init_linear, linear
 
 __all__ = ["AdditiveScore", "BilinearScore", "DotScore", "ScaledDotScore", "MultiHeadScore",
@@ -22,13 +23,13 @@ __all__ = ["AdditiveScore", "BilinearScore", "DotScore", "ScaledDotScore", "Mult
 
 def _check_qk(queries, keys, dq, dk) -> None:
     if queries.ndim < 2 or keys.ndim < 2:
-        raise ValueError(
+        raise UserError(
             f"queries and keys need at least 2 dims ([..., T, dq] and [..., S, dk]); "
             f"got queries {list(queries.shape)} and keys {list(keys.shape)}")
     if dq is not None and queries.shape[-1] != dq:
-        raise ValueError(f"queries: last dim should be {dq}, got shape {list(queries.shape)}")
+        raise UserError(f"queries: last dim should be {dq}, got shape {list(queries.shape)}")
     if dk is not None and keys.shape[-1] != dk:
-        raise ValueError(f"keys: last dim should be {dk}, got shape {list(keys.shape)}")
+        raise UserError(f"keys: last dim should be {dk}, got shape {list(keys.shape)}")
 
 
 class AdditiveScore:
@@ -82,7 +83,7 @@ class DotScore:
 
     def __init__(self, query_dim: int | None = None, key_dim: int | None = None):
         if query_dim is not None and key_dim is not None and query_dim != key_dim:
-            raise ValueError(f"dot score needs query_dim == key_dim, got {query_dim} and {key_dim}")
+            raise UserError(f"dot score needs query_dim == key_dim, got {query_dim} and {key_dim}")
         self.query_dim, self.key_dim = query_dim, key_dim
 
     def init(self, key) -> Params:
@@ -91,7 +92,7 @@ class DotScore:
     def __call__(self, params: Params, queries, keys):
         _check_qk(queries, keys, self.query_dim, self.key_dim)
         if queries.shape[-1] != keys.shape[-1]:
-            raise ValueError(f"dot score needs equal query and key sizes: queries "
+            raise UserError(f"dot score needs equal query and key sizes: queries "
                              f"{list(queries.shape)}, keys {list(keys.shape)}")
         return self.from_projected(params, queries, keys)
 
@@ -115,7 +116,7 @@ class MultiHeadScore:
     def __init__(self, query_dim: int, key_dim: int, heads: int = 4, model_dim: int | None = None):
         model_dim = model_dim or query_dim
         if heads < 1 or model_dim % heads:
-            raise ValueError(f"model_dim={model_dim} must be a positive multiple of heads={heads}")
+            raise UserError(f"model_dim={model_dim} must be a positive multiple of heads={heads}")
         self.query_dim, self.key_dim, self.heads = query_dim, key_dim, heads
         self.model_dim, self.head_dim = model_dim, model_dim // heads
 
@@ -149,5 +150,5 @@ def make_score(name: str, query_dim: int, key_dim: int, **kwargs):
     try:
         cls = SCORES[name]
     except KeyError:
-        raise ValueError(f"unknown score {name!r}; valid: {', '.join(SCORES)}") from None
+        raise UserError(f"unknown score {name!r}; valid: {', '.join(SCORES)}") from None
     return cls(query_dim, key_dim, **kwargs)

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...errors import UserError
+from ...inference.fit import training_options
 from ...inference.run import Run
 from ..batching import to_jax
 from ..nn import to_torch
@@ -112,23 +113,24 @@ def data_parallel(devices: int, rows: int):
 
     present = jax.devices()
     if not isinstance(devices, int) or devices < 1:
-        raise ValueError(f"--devices must be a positive int, got {devices!r}")
+        raise UserError(f"--devices must be a positive int, got {devices!r}")
     if devices > len(present):
-        raise ValueError(f"--devices {devices}: only {len(present)} JAX device(s) present "
+        raise UserError(f"--devices {devices}: only {len(present)} JAX device(s) present "
                          f"({present[0].platform}); on CPU start with XLA_FLAGS="
                          f"--xla_force_host_platform_device_count={devices}")
     if rows % devices:
-        raise ValueError(f"batch of {rows} rows does not split over --devices {devices}; choose "
+        raise UserError(f"batch of {rows} rows does not split over --devices {devices}; choose "
                          f"a --batch-size divisible by {devices}")
     mesh = Mesh(np.array(present[:devices]), ("data",))
     return NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
 
 
-def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab=None,
-        tgt_vocab=None, valid=None, lr: float = 1e-2, clip: float = 5.0, valid_every: int = 250,
-        resume: Run | None = None, progress: bool = True, out=None, config: dict | None = None,
-        lr_schedule: str = "cosine", checkpoint_every: int | None = None, devices: int = 1,
-        kl_weight: float = 1.0, anneal_rho: float | None = None, weight_decay: float = 0.0,
+def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, src_vocab=None,
+        tgt_vocab=None, valid=None, lr: float | None = None, clip: float | None = None,
+        valid_every: int | None = None, resume: Run | None = None, progress: bool = True,
+        out=None, config: dict | None = None, lr_schedule: str | None = None,
+        checkpoint_every: int | None = None, devices: int = 1, kl_weight: float | None = None,
+        anneal_rho: float | None = None, weight_decay: float | None = None,
         model_spec: str | None = None) -> Run:
     """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model`` is the torch model whose
     configuration and initial weights the run starts from; its class declares the NumPyro twin
@@ -137,6 +139,16 @@ def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab=None,
     and gradients."""
     if resume is not None or checkpoint_every:
         raise UserError("--resume and --checkpoint-every are supported by the pyro backend only")
+    m = get_method(method)
+    if anneal_rho is not None and m.anneal_rho is None:
+        raise UserError(f"--anneal-rho sets the KL annealing of methods that anneal it "
+                        f"(bam-weibull, bam-lognormal), not of {method}")
+    opts = training_options(type(model), steps=steps, lr=lr, lr_schedule=lr_schedule,
+                            valid_every=valid_every, kl_weight=kl_weight, anneal_rho=anneal_rho,
+                            weight_decay=weight_decay, clip=clip)
+    steps, lr, lr_schedule, clip = opts["steps"], opts["lr"], opts["lr_schedule"], opts["clip"]
+    valid_every, kl_weight, anneal_rho = opts["valid_every"], opts["kl_weight"], opts["anneal_rho"]
+    weight_decay = opts["weight_decay"]
     if weight_decay:
         raise UserError("--weight-decay: the NumPyro loop's Adam has no weight decay; use the "
                         "pyro backend")
@@ -144,7 +156,6 @@ def fit(model, train, method: str, steps: int, seed: int = 0, *, src_vocab=None,
         raise UserError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     if not train:
         raise UserError("no training batches")
-    m = get_method(method)
     jm, params = twin_of(model)
     rows = max(b.size for b in train)
     shard = data_parallel(devices, rows) if devices != 1 else None

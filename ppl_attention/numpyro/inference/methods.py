@@ -5,9 +5,9 @@ annealing; the ELBO class is mapped to NumPyro's.
 Two gaps of NumPyro are filled here with the same maths as Pyro computes:
 
 - its ``TraceGraph_ELBO`` has no baselines and its ``Trace_ELBO`` gives a silently biased
-  gradient for a categorical guide site (measured against the exact gradient), so the REINFORCE methods
-  (``hard-sample``, ``vae-sample``) use :func:`score_function_loss`: the per-token surrogate of
-  Pyro's TraceGraph_ELBO with the same soft-attention baseline;
+  gradient for a categorical guide site (measured against the exact gradient), so the REINFORCE
+  methods (``hard-sample``, ``vae-sample``) use :func:`score_function_loss`: the per-token
+  surrogate of Pyro's TraceGraph_ELBO with the same soft-attention baseline;
 - its ``TraceEnum_ELBO`` enumerates model sites only, so the methods that enumerate the
   *guide* (``hard-enum``, ``vae-enum``) use :func:`enumerated_guide_loss`, the exact
   Σ_z q(z)[log p(y, z) − log q(z)] that Pyro's TraceEnum_ELBO computes for them.

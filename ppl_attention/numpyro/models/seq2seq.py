@@ -163,7 +163,9 @@ class Seq2SeqAlignment:
 
     def exact_token_log_likelihood(self, params: Params, batch):
         """log p(y_t | x, y<t) ``[B, T]``, 0 on padding (the forward algorithm for the Markov
-        family)."""
+        family; the likelihood as it stands for a deterministic family)."""
+        if self.family.deterministic:
+            return self.soft_token_log_likelihood(params, batch)
         if self.markov:
             return self._markov_forward(params, batch)[0]
         log_prior, emis = self.prior_and_emissions(params, batch)

@@ -20,6 +20,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ...errors import UserError
 from ..nn import (
     Params,
     bilstm,
@@ -55,10 +56,11 @@ class AttentionSeqVAE:
                  encoder: str = "gru", decoder: str = "gru", attention: str = "additive",
                  memory: str = "decoder", z_input: str = "both", family: str = "soft",
                  heads: int = 4, layers: int = 1, z_slots: int = 4, word_dropout: float = 0.0,
-                 free_bits: float = 0.0, max_len: int = 64):
+                 free_bits: float = 0.0, max_len: int = 64, kl_anneal: str = "none",
+                 anneal_steps: int = 1000):
         name = getattr(family, "name", family) or "soft"
         if name not in ("soft", "categorical"):
-            raise ValueError(f"the NumPyro AttentionSeqVAE has soft and categorical alignments; "
+            raise UserError(f"the NumPyro AttentionSeqVAE has soft and categorical alignments; "
                              f"got {name!r} (use the Pyro backend)")
         embed = embed or hidden
         self.config = dict(vocab=vocab, hidden=hidden, latent=latent, embed=embed,
@@ -72,7 +74,7 @@ class AttentionSeqVAE:
 
     @classmethod
     def from_torch(cls, torch_model):
-        m = cls(**torch_model.config)
+        m = cls(**torch_model.config, family=torch_model.family.name)
         m.params = from_torch(torch_model.state_dict())
         return m, m.params
 
