@@ -68,6 +68,16 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     return torch.where(mask, scores, torch.full_like(scores, -torch.inf)).softmax(-1)
 
 
+def masked_log_softmax(scores: torch.Tensor, mask: torch.Tensor | None,
+                       floor: float = -1e30) -> torch.Tensor:
+    """log softmax over the last dim with a finite ``floor`` where ``mask`` is False: probability
+    exactly 0 there (exp(−1e30) = 0), yet no −inf to turn enumeration or gradients into NaN."""
+    if mask is None:
+        return scores.log_softmax(-1)
+    logp = torch.where(mask, scores, torch.full_like(scores, -torch.inf)).log_softmax(-1)
+    return torch.where(mask, logp, torch.full_like(logp, floor))
+
+
 def _normalize(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     s = s * mask
     return s / s.sum(-1, keepdim=True).clamp(min=torch.finfo(s.dtype).tiny)
@@ -156,10 +166,10 @@ class Categorical(Family):
     spec = FAMILY_SPECS["categorical"]
 
     def prior(self, scores, mask, keys, values):
-        return dist.Categorical(probs=masked_softmax(scores, mask))
+        return dist.Categorical(logits=masked_log_softmax(scores, mask))
 
     def posterior(self, scores, mask, values, scale=None):
-        return dist.Categorical(probs=masked_softmax(scores, mask))
+        return dist.Categorical(logits=masked_log_softmax(scores, mask))
 
     def context(self, value, values):
         one_hot = F.one_hot(value, values.shape[-2]).to(values.dtype)

@@ -14,7 +14,7 @@ import re
 from importlib import resources
 
 from ..errors import UserError
-from .tasks import Split, Task
+from .splits import Split, Task
 
 WORD = re.compile(r"^[a-z']+$")
 SPLITS = (("train", 880), ("valid", 905), ("test", 1000))  # cumulative per-mille

@@ -13,28 +13,11 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 
 from ..errors import UserError
-from .corpus import Pair
+from .splits import Split, Task
 
-Links = set[tuple[int, int]]
-
-
-@dataclass
-class Split:
-    pairs: list[Pair]
-    gold: list[Links]
-    log_likelihood: list[float] | None = None  # exact log p(y | x) per pair, where known
-
-
-@dataclass
-class Task:
-    name: str
-    train: Split
-    valid: Split
-    test: Split
-    config: dict = field(default_factory=dict)
+__all__ = ["Split", "Task", "TASKS", "make_task", "reorder_task"]
 
 
 def _split_rng(task: str, seed: int, part: str) -> random.Random:

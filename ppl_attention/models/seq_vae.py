@@ -49,6 +49,7 @@ from ..errors import UserError
 from ..families import Family, make_family
 from ..scores import make_score
 from .base import AlignmentModel
+from .seq_vae_diagnostics import elbo_per_token, kl_normal_per_dim, latent_diagnostics
 
 __all__ = ["AttentionSeqVAE", "kl_normal_per_dim", "free_bits_kl", "ANNEALING"]
 
@@ -57,11 +58,6 @@ DECODERS = ("gru", "transformer")
 ATTENTION = ("none", "additive", "bilinear")
 MEMORIES = ("decoder", "encoder")
 Z_INPUTS = ("init", "concat", "both")
-
-
-def kl_normal_per_dim(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """KL(N(μ, σ²) ‖ N(0, 1)) per dimension = ½(μ² + σ² − 1) − log σ, same shape as μ."""
-    return 0.5 * (mu.pow(2) + sigma.pow(2) - 1.0) - sigma.log()
 
 
 def free_bits_kl(mu: torch.Tensor, sigma: torch.Tensor, floor: float) -> torch.Tensor:
@@ -391,14 +387,10 @@ class AttentionSeqVAE(AlignmentModel):
 
     def validation_loss(self, batches) -> float:
         """−ELBO/token at β = 1 without free bits (one draw of z)."""
-        from .seq_vae_diagnostics import elbo_per_token
-
         return -elbo_per_token(self, batches)
 
     def extra_report(self, batches, iwae_k: int = 100, seed: int = 0) -> dict:
         """Posterior-collapse diagnostics (:mod:`ppl_attention.models.seq_vae_diagnostics`)."""
-        from .seq_vae_diagnostics import latent_diagnostics
-
         return latent_diagnostics(self, batches, iwae_k=iwae_k, seed=seed)
 
     # --- generation --------------------------------------------------------------------------

@@ -22,12 +22,16 @@ import torch
 from pyro.infer import Trace_ELBO
 
 from ..errors import UserError
-from .seq_vae import kl_normal_per_dim
 
-__all__ = ["elbo_per_token", "latent_diagnostics", "ACTIVE_THRESHOLD"]
+__all__ = ["elbo_per_token", "latent_diagnostics", "kl_normal_per_dim", "ACTIVE_THRESHOLD"]
 
 ACTIVE_THRESHOLD = 0.01
 LOG_2PI = math.log(2 * math.pi)
+
+
+def kl_normal_per_dim(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """KL(N(μ, σ²) ‖ N(0, 1)) per dimension = ½(μ² + σ² − 1) − log σ, same shape as μ."""
+    return 0.5 * (mu.pow(2) + sigma.pow(2) - 1.0) - sigma.log()
 
 
 def _closed_form(model) -> bool:

@@ -1,0 +1,27 @@
+"""A split of a data set and a task (three splits), shared by the built-in tasks and corpora."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .corpus import Pair
+
+__all__ = ["Links", "Split", "Task"]
+
+Links = set[tuple[int, int]]
+
+
+@dataclass
+class Split:
+    pairs: list[Pair]
+    gold: list[Links]
+    log_likelihood: list[float] | None = None  # exact log p(y | x) per pair, where known
+
+
+@dataclass
+class Task:
+    name: str
+    train: Split
+    valid: Split
+    test: Split
+    config: dict = field(default_factory=dict)
