@@ -36,6 +36,11 @@ SETTABLE_OTHER = ("backend", "devices", "task_seed")
 PREFIXES = ("train__", "model__", "data__")
 #: what a job reports (columns of results.csv after method, seed, the swept settings, status)
 COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
+#: …and for a model scored by its own report on labelled data (images, graphs)
+LABEL_COLUMNS = ["accuracy", "ece", "pavpu", "accuracy_noisy", "ece_noisy", "pavpu_noisy",
+                 "ms_per_step"]
+LABEL_HEADS = ["accuracy", "ECE", "PAvPU", "accuracy noisy", "ECE noisy", "PAvPU noisy",
+               "ms/step"]
 DATA_FILES = ("train.tsv", "valid.tsv", "test.tsv", "train.align", "valid.align", "test.align")
 
 
@@ -374,19 +379,26 @@ def _csv_cell(v) -> str:
 def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                   seeds: int) -> list[str]:
     """``results.csv`` (one row per job, failed ones with their error), ``results.md`` (mean ±
-    sd over seeds per method and setting), ``learning_curves.png``, ``nll.png``, ``aer.png``.
+    sd over seeds per method and setting), ``learning_curves.png``, ``nll.png`` (the floor
+    drawn) and ``aer_vs_nll.png``.
     Returns the table's lines."""
-    from .inference.plots import plot_bars, plot_curves
+    from .inference.plots import plot_aer_vs_nll, plot_curves, plot_nll
 
     keys = list(dict.fromkeys(k for j in jobs for k, _ in j.settings))
-    csv = [",".join(["method", "seed", *keys, "status", "exact", *COLUMNS,
-                     "floor_nll_per_token", "error"])]
+    reports = [r.get("report", {}) for r in results]
+    labelled = any("accuracy" in rep for rep in reports) and \
+        not any("nll_per_token" in rep for rep in reports)
+    columns = LABEL_COLUMNS if labelled else COLUMNS
+    extra_cols = [] if labelled else ["floor_nll_per_token"]
+    csv = [",".join(["method", "seed", *keys, "status", *([] if labelled else ["exact"]),
+                     *columns, *extra_cols, "error"])]
     for job, res in zip(jobs, results):
         s = dict(job.settings)
         rep = res.get("report", {})
         csv.append(",".join(_csv_cell(v) for v in [
-            job.method, job.seed, *(s.get(k) for k in keys), res["status"], rep.get("exact"),
-            *(rep.get(c) for c in COLUMNS + ["floor_nll_per_token"]), res.get("error")]))
+            job.method, job.seed, *(s.get(k) for k in keys), res["status"],
+            *([] if labelled else [rep.get("exact")]),
+            *(rep.get(c) for c in columns + extra_cols), res.get("error")]))
     atomic_write_text(out / "results.csv", "\n".join(csv) + "\n")
 
     labels = list(dict.fromkeys(j.label for j in jobs))
@@ -398,8 +410,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         reps = [r["report"] for _, r in ok]
         floor = floor if floor is not None else reps[0].get("floor_nll_per_token")
         curves.setdefault(label, ok[0][1]["history"])
-        summary.append({"method": label, "exact": reps[0]["exact"], "n": len(ok),
-                        **{c: mean_sd([r.get(c) for r in reps]) for c in COLUMNS}})
+        summary.append({"method": label, "exact": reps[0].get("exact"), "n": len(ok),
+                        **{c: mean_sd([r.get(c) for r in reps]) for c in columns}})
 
     def fmt(v, digits=3):
         if v is None:
@@ -407,14 +419,23 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         return f"{v[0]:.{digits}f}" + (f" ± {v[1]:.{digits}f}" if seeds > 1 else "")
 
     md = [title + (f" Floor (generator's exact NLL/token): {floor:.3f}."
-                   if floor is not None else ""),
-          "", "| method | NLL/token | exact | ELBO/token | AER | ms/step |",
-          "|---|---|---|---|---|---|"]
+                   if floor is not None else ""), ""]
+    if labelled:
+        md += ["| method | " + " | ".join(LABEL_HEADS) + " |",
+               "|---|" + "---|" * len(LABEL_HEADS)]
+    else:
+        md += ["| method | NLL/token | exact | ELBO/token | AER | ms/step |",
+               "|---|---|---|---|---|---|"]
     for s in summary:
         seeds_note = "" if s["n"] == seeds else f" ({s['n']} of {seeds} seeds)"
-        md.append(f"| {s['method']}{seeds_note} | {fmt(s['nll_per_token'])} | "
-                  f"{'yes' if s['exact'] else 'IWAE-10'} | {fmt(s['elbo_per_token'])} | "
-                  f"{fmt(s['aer'])} | {fmt(s['ms_per_step'], 1)} |")
+        if labelled:
+            cells = [fmt(s[c], 1 if c == "ms_per_step" else 3) for c in columns]
+            md.append(f"| {s['method']}{seeds_note} | " + " | ".join(cells) + " |")
+            continue
+        bound = "yes" if s["exact"] else "IWAE-10"
+        md.append(f"| {s['method']}{seeds_note} | {fmt(s['nll_per_token'])} | {bound} | "
+                  f"{fmt(s['elbo_per_token'])} | {fmt(s['aer'])} | "
+                  f"{fmt(s['ms_per_step'], 1)} |")
     bad = [(j, r) for j, r in zip(jobs, results) if r["status"] != "ok"]
     if bad:
         md += ["", "Failed jobs (rerun the same command to run only these):", ""]
@@ -422,9 +443,10 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
     atomic_write_text(out / "results.md", "\n".join(md) + "\n")
     if summary:
         plot_curves(curves, out / "learning_curves.png")
-        plot_bars(summary, "nll_per_token", out / "nll.png")
+    if summary and not labelled:
+        plot_nll(summary, out / "nll.png", floor)
         if any(s["aer"] for s in summary):
-            plot_bars(summary, "aer", out / "aer.png")
+            plot_aer_vs_nll(summary, out / "aer_vs_nll.png", floor)
     return md
 
 

@@ -99,6 +99,12 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     if opts["batch_size"] < 1 or opts["steps"] < 1:
         raise UserError(f"--steps and --batch-size must be at least 1 (got {opts['steps']}, "
                         f"{opts['batch_size']})")
+    if exp.task_seed and exp.data_dir is not None:
+        raise UserError("--task-seed seeds a built-in --task's generator, not a --data-dir")
+    m_fams = [get_method(m).family_spec for m in methods]
+    if "kl_weight" in exp.training and all(f.deterministic for f in m_fams):
+        raise UserError(f"--kl-weight weighs the KL of a latent alignment; "
+                        f"{', '.join(methods)} has none")
     if exp.devices != 1 and exp.backend != "numpyro":
         raise UserError("--devices shards batches over JAX devices: use --backend numpyro "
                         "(Pyro data parallelism is torchrun + DistributedDataParallel)")
@@ -171,6 +177,9 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         (data.test if kind.token_data else None)
     valid = None if valid_split is None else eval_batches(kind, valid_split, data.vocabs, model,
                                                           source)
+    if valid is None and "valid_every" in exp.training:
+        raise UserError(f"--valid-every: {kind.name} data has no validation split (the run "
+                        f"keeps its last weights)")
     extra = {}
     if distributed is not None:
         if exp.backend != "pyro" or exp.devices != 1:

@@ -34,9 +34,13 @@ def twin_class(model_class):
     return getattr(importlib.import_module(module), name)
 
 
-def twin_of(torch_model):
-    """(twin, params): the NumPyro twin of a torch model and its weights."""
-    return twin_class(type(torch_model)).from_torch(torch_model)
+def twin_of(torch_model, training: bool = False):
+    """(twin, params): the NumPyro twin of a torch model and its weights (``training``: the twin
+    that trains, which refuses what it cannot train)."""
+    cls = twin_class(type(torch_model))
+    if training:
+        return cls.from_torch(torch_model, training=True)
+    return cls.from_torch(torch_model)
 
 
 class Twin:

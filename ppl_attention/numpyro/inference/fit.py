@@ -156,7 +156,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         raise UserError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     if not train:
         raise UserError("no training batches")
-    jm, params = twin_of(model)
+    jm, params = twin_of(model, training=True)
     rows = max(b.size for b in train)
     shard = data_parallel(devices, rows) if devices != 1 else None
     jtrain = [to_jax(b, rows, MULTIPLE) for b in train]

@@ -56,7 +56,8 @@ class Seq2SeqAlignment:
         if hidden % 2:
             raise UserError(f"hidden must be even (a bidirectional encoder), got {hidden}")
         if dropout:
-            raise UserError("the NumPyro Seq2SeqAlignment has no dropout; use dropout=0")
+            raise UserError("--dropout: the NumPyro Seq2SeqAlignment trains without dropout; use "
+                            "the pyro backend or --dropout 0")
         if encoder_layers < 1:
             raise UserError(f"encoder_layers must be at least 1, got {encoder_layers}")
         embed = embed or hidden
@@ -70,11 +71,13 @@ class Seq2SeqAlignment:
         self.params: Params | None = None
 
     @classmethod
-    def from_torch(cls, torch_model) -> tuple[Seq2SeqAlignment, Params]:
-        """The NumPyro twin of a torch ``Seq2SeqAlignment`` and its weights (for evaluation:
-        a model trained with dropout evaluates without it, as the torch model does in eval
-        mode)."""
-        config = dict(torch_model.config, dropout=0.0)
+    def from_torch(cls, torch_model, training: bool = False) -> tuple[Seq2SeqAlignment, Params]:
+        """The NumPyro twin of a torch ``Seq2SeqAlignment`` and its weights. For evaluation a
+        model trained with dropout evaluates without it, as the torch model does in eval mode;
+        for ``training`` a dropout is refused (the mirror has none)."""
+        config = dict(torch_model.config)
+        if not training:
+            config["dropout"] = 0.0
         m = cls(family=from_torch_family(torch_model.family), **config)
         m.params = from_torch(torch_model.state_dict())
         return m, m.params
