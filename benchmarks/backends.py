@@ -77,7 +77,7 @@ def bench_size(name, size, methods, reps):
 
         def pyro_step(m=m, elbo=elbo, model=model):
             model.zero_grad()
-            loss_and_grads(m, elbo, model, batch, 1000, avg_baseline=-3.0)
+            loss_and_grads(m, elbo, model, batch, 1000, m.kl_scale(1000))
 
         pyro_ms = median_ms(pyro_step, reps)
         jm, params = JaxModel.from_torch(model)

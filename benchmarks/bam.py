@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from _jobs import cell, run_jobs
 
@@ -19,49 +20,28 @@ CONFIGS = [("soft", "constant"), ("weibull", "contextual"), ("weibull", "constan
 KEYS = ("accuracy", "ece", "pavpu", "accuracy_noisy", "ece_noisy", "pavpu_noisy")
 
 
-def _scores(probs_mean, probs_draws, labels):
-    from ppl_attention.analysis.uncertainty import expected_calibration_error, pavpu
-
-    acc = float((probs_mean[0].argmax(-1) == labels).float().mean())
-    return acc, expected_calibration_error(probs_draws, labels), pavpu(probs_draws, labels, 0.05)
+METHOD = {"soft": "soft", "weibull": "bam-weibull", "lognormal": "bam-lognormal"}
 
 
 def _job(job):
+    """One run through the package's own training path (ppl_attention.inference.experiment):
+    the model's defaults (lr, η, ρ) except the steps and η given here."""
     data, family, prior, seed, args = job
+    import tempfile
+
     import torch
 
+    from ppl_attention.inference.experiment import Experiment, train_one
+
     torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    out = {}
-    if data == "digits":
-        from ppl_attention.data.digits import load_digits_patches
-        from ppl_attention.models.bam_classifier import (
-            BAMClassifier,
-            predict_probs,
-            train_classifier,
-        )
-
-        d = load_digits_patches()
-        m = BAMClassifier(d.train_x.shape[1], d.train_x.shape[2], 10, family=family,
-                          prior=prior)
-        train_classifier(m, d.train_x, d.train_y, steps=args.steps, seed=seed,
-                         kl_weight=args.kl_weight)
-        for suffix, x in (("", d.test_x), ("_noisy", d.test_x_noisy)):
-            r = _scores(predict_probs(m, x), predict_probs(m, x, 20, seed), d.test_y)
-            out.update(zip((k + suffix for k in ("accuracy", "ece", "pavpu")), r))
-    else:
-        from ppl_attention.data.graphs import contextual_sbm
-        from ppl_attention.models.gat import BayesianGAT, predict_gat, train_gat
-
-        g = contextual_sbm(seed=0)
-        m = BayesianGAT(g.features.shape[1], g.n_classes, family=family, prior=prior)
-        train_gat(m, g, steps=args.gat_steps, seed=seed, kl_weight=args.kl_weight)
-        te = g.test_mask
-        for suffix, gg in (("", g), ("_noisy", g.noisy(1.0))):
-            r = _scores(predict_gat(m, gg)[:, te], predict_gat(m, gg, 20, seed)[:, te],
-                        g.labels[te])
-            out.update(zip((k + suffix for k in ("accuracy", "ece", "pavpu")), r))
-    return data, family, prior, seed, out
+    model, task, steps = (("bam-classifier", "digits", args.steps) if data == "digits"
+                          else ("gat", "sbm", args.gat_steps))
+    exp = Experiment(model=model, model_options={"prior": prior}, task=task,
+                     training={"steps": steps, "kl_weight": args.kl_weight}
+                     if family != "soft" else {"steps": steps})
+    with tempfile.TemporaryDirectory() as tmp:
+        _, report = train_one(exp, METHOD[family], seed, Path(tmp) / "run", progress=False)
+    return data, family, prior, seed, {k: report[k] for k in KEYS}
 
 
 def main(argv=None):

@@ -23,10 +23,12 @@ from pathlib import Path
 
 import torch
 
-from ppl_attention.cli import build_parser, train_one
+from ppl_attention.cli import build_parser
+from ppl_attention.cli.options import experiment_from_args
 from ppl_attention.data import make_batches
 from ppl_attention.data.g2p import g2p_task
 from ppl_attention.inference import Run, evaluate
+from ppl_attention.inference.experiment import train_one
 
 
 def phonetisaurus_row(work: Path, order: int) -> dict:
@@ -124,13 +126,14 @@ def main(argv=None):
     for method in args.methods.split(","):
         run_dir = out / method
         if not (run_dir / "COMPLETE").exists():
-            targs = build_parser().parse_args([
+            argv = [
                 "train", "--task", "g2p", "--method", method, "--steps", str(args.steps),
                 "--hidden", str(args.hidden), "--encoder-layers", str(args.encoder_layers),
                 "--batch-size", str(args.batch_size),
                 "--lr", str(args.lr), "--dropout", str(args.dropout), "--valid-every", "1000",
-                "--out", str(run_dir), "--checkpoint-every", "1000", "--resume"])
-            train_one(targs, method, 0, run_dir)
+                "--out", str(run_dir), "--checkpoint-every", "1000", "--resume"]
+            exp = experiment_from_args(build_parser(argv).parse_args(argv))
+            train_one(exp, method, 0, run_dir)
         scores = run_dir / f"g2p-test-beam{args.beam}.json"
         if scores.exists():
             r = json.loads(scores.read_text())

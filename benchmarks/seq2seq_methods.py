@@ -86,7 +86,7 @@ def main(argv=None):
 
         def one(m=m, elbo=elbo, model=model, step=step):
             model.zero_grad()
-            loss_and_grads(m, elbo, model, batch, step[0], avg_baseline=-3.0)
+            loss_and_grads(m, elbo, model, batch, step[0], m.kl_scale(step[0]))
             step[0] += 1
 
         ms = median_ms(one, args.reps)

@@ -29,14 +29,15 @@ KEYS = ("elbo", "iwae_nll", "kl", "active_units", "mutual_info", "z_ablation_gap
 
 
 def _job(job):
+    """One run through the package's own training path (``train --model seq-vae``)."""
     name, seed, args = job
     import torch
 
     torch.set_num_threads(1)
-    from ppl_attention.seq_vae_cli import train_seq_vae
-
     from ppl_attention.cli import build_parser
+    from ppl_attention.cli.options import experiment_from_args
     from ppl_attention.inference import Run
+    from ppl_attention.inference.experiment import train_one
 
     out = Path(args.out) / f"{name.replace(' ', '_').replace('+', 'and')}-seed{seed}"
     if (out / "COMPLETE").exists():
@@ -48,7 +49,8 @@ def _job(job):
             "--n-eval", str(args.n_eval), "--seed", str(seed), "--out", str(out),
             *CONFIGS[name]]
     t = time.perf_counter()
-    _, report = train_seq_vae(build_parser().parse_args(argv), seed, out, progress=False)
+    exp = experiment_from_args(build_parser(argv).parse_args(argv))
+    _, report = train_one(exp, "soft", seed, out, progress=False)
     report["seconds"] = time.perf_counter() - t
     return name, seed, report
 

@@ -115,16 +115,13 @@ def add_data_source(p, cls, required: bool = True) -> None:
         src.add_argument("--data-dir",
                          help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
     g.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
-    for name, (default, text) in kind.options.items():
-        typ = bool if isinstance(default, bool) else (int if name == "n_train" else
-                                                       type(default) if default is not None
-                                                       else str)
+    for name, (default, text, typ) in kind.options.items():
         if typ is bool:
             g.add_argument(flag(name), dest=f"data__{name}", action="store_true", default=None,
                            help=text)
         else:
             g.add_argument(flag(name), dest=f"data__{name}", type=typ, default=None,
-                           help=f"{text} (default: {default})")
+                           help=f"{text} (default: {default})", metavar=typ.__name__.upper())
 
 
 def add_training(p, cls) -> None:
@@ -132,6 +129,8 @@ def add_training(p, cls) -> None:
     g = p.add_argument_group(f"training (defaults for {cls.__name__})")
     for name, typ in _TYPES.items():
         kw = {"choices": list(LR_SCHEDULES)} if name == "lr_schedule" else {}
+        if not kw:
+            kw["metavar"] = typ.__name__.upper()
         g.add_argument(flag(name), dest=f"train__{name}", type=typ, default=None,
                        help=f"{TRAINING_HELP[name]} (default: {defaults[name]})", **kw)
     add_backend(g)

@@ -77,12 +77,12 @@ def load_split(data_dir: Path, name: str, required: bool = True) -> Split | None
 
 class DataKind:
     """One kind of data (module docstring). ``options``: the kind's own data options, name →
-    (default, help); ``tasks``: its built-in tasks."""
+    (default, help, type); ``tasks``: its built-in tasks."""
 
     name = ""
     dims: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
-    options: dict[str, tuple[object, str]] = {}
+    options: dict[str, tuple[object, str, type]] = {}  # name → (default, help, type)
     token_data = True  # scored by likelihood per token (else by the model's own report)
 
     def source(self, task=None, data_dir=None, task_seed: int = 0, **options) -> dict:
@@ -98,7 +98,7 @@ class DataKind:
                             f"{', '.join(self.tasks)}")
         src = {"task": task, "task_seed": task_seed} if task is not None else \
             {"data_dir": str(Path(data_dir).resolve())}
-        for k, (default, _) in self.options.items():
+        for k, (default, _, _) in self.options.items():
             v = options.get(k)
             src[k] = default if v is None else v
         return src
@@ -128,8 +128,8 @@ class PairsData(DataKind):
     dims = ("src_vocab", "tgt_vocab")
     tasks = ("copy", "reverse", "reorder", "g2p")
     options = {"n_train": (None, "training pairs of a built-in task (default: the task's own; "
-                           "valid and test sets do not depend on it)"),
-               "stress": (False, "g2p: keep stress digits on vowels")}
+                           "valid and test sets do not depend on it)", int),
+               "stress": (False, "g2p: keep stress digits on vowels", bool)}
 
     def source(self, task=None, data_dir=None, task_seed: int = 0, **options) -> dict:
         src = super().source(task, data_dir, task_seed, **options)
@@ -184,9 +184,10 @@ class SequencesData(PairsData):
     name = "sequences"
     dims = ("vocab",)
     options = {"n_train": PairsData.options["n_train"],
-               "side": ("target", "which side of a pair corpus (or task) is the sequence"),
+               "side": ("target", "which side of a pair corpus (or task) is the sequence", str),
                "on_long": ("error", "a sequence longer than the model's max_len: error, or "
-                           "truncate (with a warning)")}
+                           "truncate (with a warning)", str),
+               "n_eval": (None, "score only the first N test sequences (default: all)", int)}
 
     def source(self, task=None, data_dir=None, task_seed: int = 0, **options) -> dict:
         src = DataKind.source(self, task, data_dir, task_seed, **options)
@@ -212,14 +213,19 @@ class SequencesData(PairsData):
         pairs = getattr(task, split).pairs
         return [s if side == "source" else t for s, t in pairs], f"--task {source['task']} {split}"
 
+    def test_split(self, source: dict):
+        seqs, where = self.sequences(source, "test")
+        n = source.get("n_eval")
+        if n is not None and n < 2:
+            raise UserError(f"--n-eval must be at least 2, got {n}")
+        return (seqs[:n] if n else seqs), where
+
     def load(self, source: dict) -> Dataset:
-        parts = {s: self.sequences(source, s) for s in ("train", "valid", "test")}
+        parts = {s: self.sequences(source, s) for s in ("train", "valid")}
+        parts["test"] = self.test_split(source)
         vocab = Vocab.build(parts["train"][0])
         return Dataset(self.name, source, parts["train"], parts["valid"], parts["test"],
                        {"src_vocab": vocab, "tgt_vocab": vocab}, {"vocab": len(vocab)})
-
-    def test_split(self, source: dict):
-        return self.sequences(source, "test")
 
     def evaluation_split(self, source: dict, data=None, gold=None, data_dir=None):
         if gold is not None:
@@ -268,7 +274,7 @@ class ImagesData(DataKind):
     name = "images"
     dims = ("n_tokens", "token_dim", "n_classes")
     tasks = ("digits",)
-    options = {"noise": (0.3, "sd of the Gaussian pixel noise of the noisy test images")}
+    options = {"noise": (0.3, "sd of the Gaussian pixel noise of the noisy test images", float)}
 
     def load(self, source: dict) -> Dataset:
         if "data_dir" in source:
@@ -300,7 +306,7 @@ class GraphData(DataKind):
     name = "graph"
     dims = ("in_dim", "n_classes")
     tasks = ("sbm", "karate")
-    options = {"noise": (1.0, "sd of the Gaussian feature noise of the noisy test graph")}
+    options = {"noise": (1.0, "sd of the Gaussian feature noise of the noisy test graph", float)}
 
     def load(self, source: dict) -> Dataset:
         if "data_dir" in source:

@@ -57,12 +57,14 @@ class Experiment:
         exp = dataclasses.replace(self, model_options=dict(self.model_options),
                                   data_options=dict(self.data_options),
                                   training=dict(self.training))
+        settings = list(settings)
+        data_options = data_kind(declared(self.model_class(), "data")).options if settings else {}
         for k, v in settings:
             if k in ("backend", "devices", "task_seed"):
                 setattr(exp, k, v)
             elif k in TRAINING_DEFAULTS:
                 exp.training[k] = v
-            elif k in exp.data_options or k == "n_train":
+            elif k in data_options:
                 exp.data_options[k] = v
             else:
                 exp.model_options[k] = v
