@@ -101,7 +101,7 @@ def test_compare_writes_table_and_figures(tmp_path, capsys):
     assert "| exact |" in printed and "| soft |" in printed
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 4
-    for name in ("results.md", "learning_curves.png", "nll.png", "aer.png"):
+    for name in ("results.md", "learning_curves.png", "nll.png", "aer_vs_nll.png"):
         assert (out / name).stat().st_size > 0
     # two worker processes give the same table, in the same order
     assert main([*args, "--jobs", "2", "--out", str(tmp_path / "cmp2")]) == 0

@@ -331,3 +331,24 @@ def test_pyro_param_store_untouched_by_model_loading(compared):
     pyro.clear_param_store()
     Run.load(compared / "runs" / "exact-seed0")
     assert not list(pyro.get_param_store().keys())
+
+
+def test_a_users_model_file_travels_with_ray_jobs(tmp_path, data_dir):
+    """`sweep --ray` with --model path/to/file.py:Class sends the file's bytes with every job:
+    the job imports them, not the path (which a remote node would not have)."""
+    import shutil
+
+    pytest.importorskip("ray")
+    model = tmp_path / "mine" / "diagonal.py"
+    model.parent.mkdir()
+    shutil.copy(TUTORIAL / "diagonal.py", model)
+    out = tmp_path / "ray"
+    assert main(["sweep", "--model", f"{model}:DiagonalAlignment", "--data-dir", str(data_dir),
+                 "--methods", "exact", "--ray", "local", *SMALL, "--out", str(out)]) == 0
+    row = (out / "results.csv").read_text().splitlines()[1].split(",")
+    assert row[2] == "ok"
+    cfg = json.loads((out / "runs" / "exact-seed0" / "config.json").read_text())
+    assert cfg["model_class"] == f"{model}:DiagonalAlignment"  # where it lives here
+    cls = load_model_class("/no/such/node/path/diagonal.py:DiagonalAlignment",
+                           source=model.read_bytes())
+    assert cls.__name__ == "DiagonalAlignment"

@@ -16,6 +16,7 @@ import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from pyro.poutine.util import site_is_subsample
+from tqdm.auto import tqdm
 
 from ..attend import recording
 from ..backends import get_backend
@@ -95,11 +96,16 @@ def _exact(run: Run) -> bool:
     return "exact-likelihood" in capabilities(run.model)
 
 
+def _progress(batches: list, what: str):
+    """A bar over the batches when there are enough of them to take a while."""
+    return tqdm(batches, desc=what, unit="batch", leave=False, disable=len(batches) < 20)
+
+
 @torch.no_grad()
 def nll_per_token(run: Run, batches: list, iwae_k: int = 10) -> float:
     total, n = 0.0, 0
     exact = _exact(run)
-    for b in batches:
+    for b in _progress(batches, "NLL" if exact else f"IWAE-{iwae_k}"):
         if exact:
             total -= float(token_log_likelihood(run, b).sum())
         else:
@@ -127,7 +133,7 @@ def elbo_per_token(run: Run, batches: list, samples: int = 5) -> float:
         reps, gk = samples, dict(posterior=m.posterior)
     total, n = 0.0, 0
     with torch.no_grad():
-        for b in batches:
+        for b in _progress(batches, "ELBO"):
             for _ in range(reps):
                 total -= elbo.loss(model.model, lambda bb: model.guide(bb, **gk), b) / reps
             n += b.n_tokens
