@@ -171,6 +171,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
             model = cls(**data.dims, **exp.model_options, family=m.family())
         except TypeError as e:
             raise UserError(f"--model {exp.model}: {e}") from None
+        if not isinstance(getattr(model, "config", None), dict):  # not an AlignmentModel
+            model.config = {**data.dims, **exp.model_options}
     else:
         model = resume.model
     train = kind.batches(data.train, data.vocabs, opts["batch_size"], shuffle=True, seed=seed,

@@ -49,6 +49,10 @@ class Run:
         ``complete=False`` (a periodic checkpoint) it is marked PARTIAL: ``train --resume``
         continues it, ``evaluate`` refuses it."""
         spec = self.model_spec or model_spec_of(type(self.model))
+        if not isinstance(getattr(self.model, "config", None), dict):
+            raise UserError(f"{type(self.model).__name__} has no `config` dict (subclass "
+                            f"ppl_attention.models.AlignmentModel, or set self.config to the "
+                            f"constructor's options): a run directory rebuilds the model from it")
         config = {"method": self.method, "model_class": spec, "model": self.model.config,
                   "train": self.config,
                   "src_vocab": self.src_vocab.to_list() if self.src_vocab else None,
