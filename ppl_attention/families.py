@@ -42,6 +42,7 @@ from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the famili
 from .core.families import FAMILY_SPECS, FamilySpec
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .errors import UserError
+from .structured import FLOOR, MonotonicAlignment
 
 __all__ = [
     "Family",
@@ -365,9 +366,12 @@ class MarkovCategorical(Family):
 
     with e_t the content scores and w learned (zero-initialized); z_{−1} = −1, so z_0 lies in
     the first ``max_jump`` positions. ``max_back=0`` makes it monotonic.
-    Marginalized exactly by the forward algorithm (:meth:`forward_log_likelihood`), in Pyro by
-    sequential sites under ``pyro.markov`` with ``TraceEnum_ELBO``
-    (``Seq2SeqAlignment.model``); it has no vectorized ``prior`` — every z_t needs z_{t−1}.
+    Marginalized exactly inside :meth:`alignment_distribution` (a
+    :class:`~ppl_attention.structured.MonotonicAlignment`: banded forward recursion or parallel
+    scan); :meth:`forward_log_likelihood` is the dense reference recursion, and sequential
+    sites under ``pyro.markov`` with ``TraceEnum_ELBO``
+    (``Seq2SeqAlignment.markov_model_enumerated``) the enumerated one; it has no vectorized
+    ``prior`` — every z_t needs z_{t−1}.
     """
 
     spec = FAMILY_SPECS["markov-categorical"]
@@ -403,6 +407,38 @@ class MarkovCategorical(Family):
         prev = torch.full(scores_t.shape[:1], -1, dtype=torch.long, device=scores_t.device)
         return self.transition_log_probs(scores_t, mask, prev)
 
+    @property
+    def width(self) -> int:
+        """W = max_back + max_jump + 1: the jumps a step can make."""
+        return self.max_back + self.max_jump + 1
+
+    def banded_transitions(self, scores, mask):
+        """log p(z_t = i + d − max_back | z_{t−1} = i) for every step, ``[B, T, S, W]``, from
+        content scores ``[B, T, S]`` and the source ``mask [B, S]``: the numbers of
+        :meth:`transition_log_probs` on the band of allowed jumps (a state no position can
+        follow — a padded one — has FLOOR everywhere; it is never reached)."""
+        B, T, S = scores.shape
+        W = self.width
+        j = torch.arange(S, device=scores.device)[:, None] + torch.arange(W, device=scores.device) \
+            - self.max_back  # [S(i), W]
+        jc = j.clamp(0, S - 1)
+        ok = (j >= 0) & (j < S) & mask[:, jc]  # [B, S, W]
+        e = scores[:, :, jc]  # [B, T, S, W]
+        logits = torch.where(ok[:, None], e + self.jump_logits, torch.full_like(e, -torch.inf))
+        any_ok = ok.any(-1, keepdim=True)[:, None]
+        logp = torch.where(any_ok, logits, torch.zeros_like(logits)).log_softmax(-1)
+        return torch.where(ok[:, None] & any_ok, logp, torch.full_like(logp, FLOOR))
+
+    def alignment_distribution(self, scores, mask, emissions, target_mask,
+                               method: str = "auto"):
+        """The chain as a :class:`~ppl_attention.structured.MonotonicAlignment` over paths, with
+        the evidence ``emissions [B, T, S]`` (log p(y_t | z_t = j, ·)) and the real steps
+        ``target_mask [B, T]``."""
+        emis = emissions.masked_fill(~mask[:, None, :], FLOOR)
+        return MonotonicAlignment(self.start_log_probs(scores[:, 0], mask),
+                                  self.banded_transitions(scores, mask), emis, target_mask,
+                                  self.max_back, method)
+
     def forward_log_likelihood(self, scores, mask, emissions, target_mask):
         """Forward algorithm: log p(y_t | x, y<t) ``[B, T]`` (0 on padded targets), from content
         scores ``[B, T, S]``, source ``mask [B, S]``, emissions log p(y_t | h_t, H_j)
@@ -427,31 +463,6 @@ class MarkovCategorical(Family):
             out.append(torch.where(target_mask[:, t], ll, torch.zeros_like(ll)))
             filters.append(log_alpha)
         return torch.stack(out, 1), torch.stack(filters, 1)
-
-    def sample_posterior(self, scores, mask, emissions, target_mask, num_samples: int,
-                         generator=None) -> torch.Tensor:
-        """Exact draws z ~ p(z | x, y) by forward filtering, backward sampling: z_{T−1} from the
-        last filter, then z_t ∝ p(z_t | x, y≤t)·p(z_{t+1} | z_t), ``[K, B, T]`` (0 on padded
-        targets). Arguments as :meth:`forward_log_likelihood`."""
-        floor = -1e30
-        _, filters = self.forward_log_likelihood(scores, mask, emissions, target_mask)
-        B, T, S = filters.shape
-        K = num_samples
-        lengths = target_mask.sum(-1)
-        z = torch.zeros(K, B, T, dtype=torch.long, device=scores.device)
-        for t in range(T - 1, -1, -1):
-            logits = filters[:, t].clamp(min=floor).expand(K, B, S)
-            if t + 1 < T:
-                logT = self.transition_matrix(scores[:, t + 1], mask).clamp(min=floor)
-                nxt = z[:, :, t + 1]  # [K, B]
-                col = logT.unsqueeze(0).expand(K, B, S, S).gather(
-                    -1, nxt[:, :, None, None].expand(K, B, S, 1)).squeeze(-1)  # [K, B, i]
-                inner = (t + 1 < lengths)[None, :, None]
-                logits = torch.where(inner, logits + col, logits)
-            draw = torch.multinomial(logits.softmax(-1).reshape(-1, S), 1,
-                                     generator=generator).view(K, B)
-            z[:, :, t] = torch.where((t < lengths)[None], draw, torch.zeros_like(draw))
-        return z
 
     def prior(self, scores, mask, keys, values):
         raise UserError("MarkovCategorical has no vectorized prior: each z_t depends on "

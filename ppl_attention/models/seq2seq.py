@@ -202,29 +202,27 @@ class Seq2SeqAlignment(AlignmentModel):
         if self.family.deterministic:  # soft attention, CRF marginals: nothing to sum out
             return self.soft_token_log_likelihood(batch)
         if self.markov:
-            return self._markov_forward(batch)[0]
+            return self.alignment_chain(batch).token_log_likelihood()
         log_prior, emis = self.prior_and_emissions(batch)
         ll = (log_prior + emis).logsumexp(-1)
         return ll.masked_fill(~batch.tgt_mask, 0.0)
 
-    def _markov_forward(self, batch, emis=None):
+    def alignment_chain(self, batch, method: str = "auto"):
+        """The Markov family's chain of alignments with the evidence of ``batch``'s targets, a
+        :class:`~ppl_attention.structured.MonotonicAlignment` (exact log p(y | x), marginals,
+        Viterbi path, posterior draws). ``method``: its forward path (auto, sequential,
+        parallel)."""
         H = self.encode(batch.src, batch.src_mask)
         h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
-        if emis is None:
-            emis = self.emission_table(h, H, batch.tgt_out)
-        emis = emis.masked_fill(~batch.src_mask.unsqueeze(1), -torch.inf)
-        return self.family.forward_log_likelihood(e, batch.src_mask, emis, batch.tgt_mask)
+        emis = self.emission_table(h, H, batch.tgt_out)
+        return self.family.alignment_distribution(e, batch.src_mask, emis, batch.tgt_mask,
+                                                  method)
 
     def exact_posterior(self, batch) -> torch.Tensor:
         """p(z_t = j | x, y) ``[B, T, S]`` (exact; 0 on masked source positions). For the Markov
         family the forward–backward marginals, as ∂ log p(y | x) / ∂ log p(y_t | z_t = j)."""
         if self.markov:
-            with torch.enable_grad():
-                _, emis = self.prior_and_emissions(batch)
-                emis = emis.detach().requires_grad_(True)
-                total = self._markov_forward(batch, emis)[0].sum()
-                (grad,) = torch.autograd.grad(total, emis)
-            return grad.masked_fill(~batch.tgt_mask.unsqueeze(-1), 0.0)
+            return self.alignment_chain(batch).marginals()
         log_prior, emis = self.prior_and_emissions(batch)
         return (log_prior + emis).softmax(-1)
 
@@ -233,12 +231,7 @@ class Seq2SeqAlignment(AlignmentModel):
         position from the marginals (the z_t are independent given x, y), or by forward
         filtering–backward sampling for the Markov family."""
         if self.markov:
-            H = self.encode(batch.src, batch.src_mask)
-            h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
-            emis = self.emission_table(h, H, batch.tgt_out).masked_fill(
-                ~batch.src_mask.unsqueeze(1), -torch.inf)
-            return self.family.sample_posterior(e, batch.src_mask, emis, batch.tgt_mask,
-                                                num_samples, generator)
+            return self.alignment_chain(batch).sample(num_samples, generator)
         post = self.exact_posterior(batch)
         B, T, S = post.shape
         idx = torch.multinomial(post.reshape(-1, S), num_samples, replacement=True,
@@ -261,10 +254,9 @@ class Seq2SeqAlignment(AlignmentModel):
         _, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
         mask = batch.src_mask.unsqueeze(1).expand(e.shape)
         if self.markov:
-            flat = torch.zeros_like(e).masked_fill(~mask, -torch.inf)
-            _, filters = self.family.forward_log_likelihood(e, batch.src_mask, flat,
-                                                            batch.tgt_mask)
-            return filters.exp().masked_fill(~mask, 0.0)
+            chain = self.family.alignment_distribution(e, batch.src_mask, torch.zeros_like(e),
+                                                       batch.tgt_mask)
+            return chain.forward()[0].exp().masked_fill(~mask, 0.0)
         return masked_softmax(e, mask)
 
     # --- predictive (decoding) -----------------------------------------------------------------
@@ -322,10 +314,15 @@ class Seq2SeqAlignment(AlignmentModel):
         B, T = batch.tgt_out.shape
         return pyro.plate("batch", B, dim=-2), pyro.plate("target", T, dim=-1)
 
-    def _markov_model(self, batch, H, h, e, enumerate_z: bool):
-        """Sequential sites ``align_0 … align_{T−1}`` under ``pyro.markov``: z_t ~
-        p(z_t | z_{t−1}, x, y<t), y_t a factor; enumerated, TraceEnum_ELBO runs the forward
-        algorithm. Padded targets keep their (normalized) site and a zero factor."""
+    def markov_model_enumerated(self, batch, *, enumerate_z: bool = True, kl_scale: float = 1.0):
+        """The Markov family's model as T sequential sites ``align_0 … align_{T−1}`` under
+        ``pyro.markov``: z_t ~ p(z_t | z_{t−1}, x, y<t), y_t a factor; enumerated,
+        TraceEnum_ELBO runs the forward algorithm site by site. The reference that
+        :meth:`model` (the chain marginalized inside ``MonotonicAlignment``) is tested
+        against; padded targets keep their (normalized) site and a zero factor."""
+        pyro.module("seq2seq", self)
+        H = self.encode(batch.src, batch.src_mask)
+        h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
         B, T = batch.tgt_out.shape
         infer = {"enumerate": "parallel"} if enumerate_z else {}
         # y_t's factor depends on z_t only through j: one table indexed by every site
@@ -348,8 +345,12 @@ class Seq2SeqAlignment(AlignmentModel):
         pyro.module("seq2seq", self)
         H = self.encode(batch.src, batch.src_mask)
         h, e, _ = self.decode(H, batch.src_mask, batch.tgt_in)
-        if self.markov:
-            return self._markov_model(batch, H, h, e, enumerate_z)
+        if self.markov:  # the chain summed out inside the distribution (forward algorithm)
+            emis = self.emission_table(h, H, batch.tgt_out)
+            chain = self.family.alignment_distribution(e, batch.src_mask, emis, batch.tgt_mask)
+            with pyro.plate("batch", batch.size, dim=-1):
+                pyro.factor("y", chain.log_partition())
+            return
         plate_b, plate_t = self._plates(batch)
         scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
         with plate_b, plate_t:

@@ -20,6 +20,7 @@ from ..errors import UserError
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
+from .structured import FLOOR, MonotonicAlignment
 
 __all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
            "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "FAMILIES",
@@ -309,6 +310,31 @@ class MarkovCategorical(Family):
         """log p(z_0 = j) ``[B, S]``."""
         prev = jnp.full(scores_t.shape[:1], -1)
         return self.transition_log_probs(scores_t, mask, prev, params)
+
+    @property
+    def width(self) -> int:
+        return self.max_back + self.max_jump + 1
+
+    def banded_transitions(self, scores, mask, params: Params):
+        """log p(z_t = i + d − max_back | z_{t−1} = i), ``[B, T, S, W]`` (torch side's
+        docstring)."""
+        B, T, S = scores.shape
+        j = jnp.arange(S)[:, None] + jnp.arange(self.width) - self.max_back  # [S, W]
+        jc = jnp.clip(j, 0, S - 1)
+        ok = (j >= 0) & (j < S) & mask[:, jc]  # [B, S, W]
+        e = scores[:, :, jc]  # [B, T, S, W]
+        logits = jnp.where(ok[:, None], e + params["jump_logits"], -jnp.inf)
+        any_ok = ok.any(-1, keepdims=True)[:, None]
+        logp = jax.nn.log_softmax(jnp.where(any_ok, logits, 0.0), -1)
+        return jnp.where(ok[:, None] & any_ok, logp, FLOOR)
+
+    def alignment_distribution(self, scores, mask, emissions, target_mask, params: Params,
+                               method: str = "auto"):
+        """The chain as a :class:`~ppl_attention.numpyro.structured.MonotonicAlignment`."""
+        emis = jnp.where(mask[:, None, :], emissions, FLOOR)
+        return MonotonicAlignment(self.start_log_probs(scores[:, 0], mask, params),
+                                  self.banded_transitions(scores, mask, params), emis,
+                                  target_mask, self.max_back, method)
 
     def forward_log_likelihood(self, scores, mask, emissions, target_mask, params: Params):
         """Forward algorithm (torch side's docstring): log p(y_t | x, y<t) ``[B, T]`` (0 on

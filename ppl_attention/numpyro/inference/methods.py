@@ -20,7 +20,7 @@ dimension (it returns a wrong value for this model), and the gradient of ``log_d
 wherever a monotonic transition is structurally impossible (funsor's log-space einsum takes
 log 0 and its backward multiplies 0 by ∞), so this method differentiates the same quantity,
 −log p(y | x), computed by the hand-written forward scan
-(:meth:`~ppl_attention.numpyro.families.MarkovCategorical.forward_log_likelihood`):
+(:class:`~ppl_attention.numpyro.structured.MonotonicAlignment`, the chain of the family):
 loss kind ``"forward"``.
 
 ``vae-rws`` has no NumPyro counterpart (NumPyro has no reweighted wake-sleep) and is refused

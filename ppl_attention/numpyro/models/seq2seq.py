@@ -155,14 +155,14 @@ class Seq2SeqAlignment:
     def markov(self) -> bool:
         return getattr(self.family, "markov", False)
 
-    def _markov_forward(self, params: Params, batch, emis=None):
+    def alignment_chain(self, params: Params, batch, method: str = "auto"):
+        """The Markov family's chain with the evidence of ``batch``'s targets, a
+        :class:`~ppl_attention.numpyro.structured.MonotonicAlignment` (as on the torch side)."""
         H = self.encode(params, batch.src, batch.src_mask)
         h, e, _ = self.decode(params, H, batch.src_mask, batch.tgt_in)
-        if emis is None:
-            emis = self.emission_table(params, h, H, batch.tgt_out)
-        emis = jnp.where(batch.src_mask[:, None], emis, -jnp.inf)
-        return self.family.forward_log_likelihood(e, batch.src_mask, emis, batch.tgt_mask,
-                                                  sub(params, "family"))
+        emis = self.emission_table(params, h, H, batch.tgt_out)
+        return self.family.alignment_distribution(e, batch.src_mask, emis, batch.tgt_mask,
+                                                  sub(params, "family"), method)
 
     def exact_token_log_likelihood(self, params: Params, batch):
         """log p(y_t | x, y<t) ``[B, T]``, 0 on padding (the forward algorithm for the Markov
@@ -170,7 +170,7 @@ class Seq2SeqAlignment:
         if self.family.deterministic:
             return self.soft_token_log_likelihood(params, batch)
         if self.markov:
-            return self._markov_forward(params, batch)[0]
+            return self.alignment_chain(params, batch).token_log_likelihood()
         log_prior, emis = self.prior_and_emissions(params, batch)
         ll = jax.nn.logsumexp(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
         return jnp.where(batch.tgt_mask, ll, 0.0)
@@ -179,9 +179,7 @@ class Seq2SeqAlignment:
         """p(z_t = j | x, y) ``[B, T, S]``; for the Markov family the forward–backward marginals
         as ∂ log p(y | x) / ∂ log p(y_t | z_t = j) (as on the torch side)."""
         if self.markov:
-            _, emis = self.prior_and_emissions(params, batch)
-            grad = jax.grad(lambda em: self._markov_forward(params, batch, em)[0].sum())(emis)
-            return jnp.where(batch.tgt_mask[..., None], grad, 0.0)
+            return self.alignment_chain(params, batch).marginals()
         log_prior, emis = self.prior_and_emissions(params, batch)
         return jax.nn.softmax(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
 

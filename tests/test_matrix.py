@@ -1,0 +1,582 @@
+"""The verification matrix (tests/matrix.py): for every method of the registry and both backends,
+properties a–g on a small padded batch of a Seq2SeqAlignment, or the check of why a cell does
+not apply. ``python tests/matrix.py`` prints the matrix into docs/verification.md.
+
+Each property was shown to catch a planted fault once (the fault, then the failing cell):
+a — a loss returning NaN on padded rows (`exact_token_log_likelihood` without its
+``masked_fill``): a[exact-pyro]; b — NumPyro's Weibull posterior scale without its Γ(1 + 1/k)
+correction: b[bam-weibull-*]; c — the Weibull posterior's λ detached from the scores (a pathwise
+gradient with a dropped term): c[bam-weibull-pyro]; d — the KL(Weibull ‖ Gamma) registration
+removed, so TraceMeanField_ELBO falls back to Monte Carlo: d[bam-weibull-pyro]; e — IWAE
+computed as the mean instead of the log-mean-exp of the weights: e[vae-sample-*]; f — a resume
+that reseeds the RNG instead of restoring it: f[vae-sample-pyro]; g — the soft attention's
+softmax taken without the source mask: g[soft-*].
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyro
+import pytest
+import torch
+from matrix import BACKENDS, not_applicable, sampled
+from pyro import poutine
+
+from ppl_attention.core.methods import METHOD_SPECS
+from ppl_attention.data import Vocab, make_batches, make_task
+from ppl_attention.data.batching import Batch
+from ppl_attention.errors import UserError
+from ppl_attention.inference import Run, fit, get_method
+from ppl_attention.inference.evaluate import log_importance_weights
+from ppl_attention.inference.methods import differentiable_loss
+from ppl_attention.models import Seq2SeqAlignment
+from ppl_attention.numpyro.batching import to_jax
+from ppl_attention.numpyro.inference import get_method as numpyro_method
+from ppl_attention.numpyro.inference.fit import make_loss
+from ppl_attention.numpyro.inference.methods import score_function_loss
+from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
+
+CELLS = [(m, b) for m in METHOD_SPECS for b in BACKENDS]
+IDS = [f"{m}-{b}" for m, b in CELLS]
+TASK = make_task("reorder", n_train=12, n_eval=2, seed=3, min_len=3, max_len=5)
+PAIRS = TASK.train.pairs[:5]
+SV = Vocab.build(s for s, _ in TASK.train.pairs)
+TV = Vocab.build(t for _, t in TASK.train.pairs)
+
+
+def _model(method, dtype=torch.float64):
+    torch.manual_seed(0)
+    m = Seq2SeqAlignment(len(SV), len(TV), hidden=8, family=get_method(method).family())
+    with torch.no_grad():  # family parameters (jump logits, CRF transitions) off their zeros
+        for p in m.family.parameters():
+            p.normal_(0.0, 0.5)
+    return m.to(dtype)
+
+
+def _batch():
+    (b,) = make_batches(PAIRS, SV, TV, len(PAIRS))
+    assert len(set(b.tgt_mask.sum(-1).tolist())) > 1  # ragged: padded targets and sources
+    return b
+
+
+def _pad(b: Batch, ds: int = 2, dt: int = 2) -> Batch:
+    """The same pairs with ``ds`` more padded source and ``dt`` more padded target positions."""
+    def grow(t, d, value):
+        return torch.nn.functional.pad(t, (0, d), value=value)
+
+    return Batch(grow(b.src, ds, SV.pad), grow(b.src_mask, ds, False), grow(b.tgt_in, dt, TV.pad),
+                 grow(b.tgt_out, dt, TV.pad), grow(b.tgt_mask, dt, False), b.index)
+
+
+def _flat(model) -> np.ndarray:
+    return np.concatenate([(p.grad if p.grad is not None else torch.zeros_like(p)).numpy().ravel()
+                           for _, p in model.named_parameters()])
+
+
+def _jflat(grads, model) -> np.ndarray:
+    return np.concatenate([np.asarray(grads[n]).ravel() for n, _ in model.named_parameters()])
+
+
+class _Replayed:
+    """The model with its guide replayed from ``trace`` (the same draws)."""
+
+    def __init__(self, model, trace):
+        self.m, self.trace = model, trace
+
+    def model(self, b, **kw):
+        return self.m.model(b, **kw)
+
+    def guide(self, b, **kw):
+        return poutine.replay(self.m.guide, trace=self.trace)(b, **kw)
+
+    def soft_token_log_likelihood(self, b):
+        return self.m.soft_token_log_likelihood(b)
+
+
+def _guide_trace(model, method, b, seed=1, detach=True):
+    m = get_method(method)
+    pyro.set_rng_seed(seed)
+    kw = {"baseline": model.soft_token_log_likelihood(b).detach()} if m.baseline else {}
+    tr = poutine.trace(model.guide).get_trace(b, posterior=m.posterior, enumerate_z=False,
+                                               kl_scale=1.0, **kw)
+    if detach:
+        tr.nodes["align"]["value"] = tr.nodes["align"]["value"].detach()
+    return tr
+
+
+def _pyro_loss_grad(model, method, b, trace=None, seed=0, kl=1.0):
+    """(loss, flat gradient) of one step of ``method``; with ``trace``, at its draws."""
+    m = get_method(method)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    model.zero_grad()
+    target = model if trace is None else _Replayed(model, trace)
+    loss, surrogate = differentiable_loss(m, m.elbo(), target, b, 0, kl)
+    surrogate.backward()
+    return loss, _flat(model)
+
+
+def _jax_loss_fn(jm, method, jb, z=None):
+    """params → (loss to differentiate, −ELBO) of one NumPyro step; with ``z``, at those draws."""
+    m = numpyro_method(method)
+    key = jax.random.PRNGKey(0)
+    if z is None:
+        loss = make_loss(jm, method)
+        return lambda p: loss(p, key, jb, 1.0)
+    guide = functools.partial(handlers_substitute(jm.guide, {"align": z}), posterior=m.posterior,
+                              enumerate_z=False, kl_scale=1.0)
+    model = functools.partial(jm.model, enumerate_z=False, kl_scale=1.0)
+    if m.loss_kind == "score-function":
+        def fn(p):
+            base = jax.lax.stop_gradient(jm.soft_token_log_likelihood(p, jb))
+            return score_function_loss(key, p, model, guide, jb, base, jm.param_name)
+        return fn
+    elbo = m.elbo()
+
+    def fn(p):
+        v = elbo.loss(key, {jm.param_name: p}, model, guide, jb)
+        return v, v
+    return fn
+
+
+def handlers_substitute(fn, data):
+    from numpyro import handlers
+
+    return handlers.substitute(fn, data=data)
+
+
+def _close(a, b, rtol=1e-4):
+    scale = max(np.abs(a).max(), np.abs(b).max(), 1e-12)
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * scale)
+
+
+def _check_na(method, prop, backend):
+    """Check the reason a cell does not apply; True when it does not."""
+    reason = not_applicable(method, prop, backend)
+    if reason is None:
+        return False
+    spec = METHOD_SPECS[method]
+    if backend == "numpyro" and spec.objective == "ReweightedWakeSleep":
+        with pytest.raises(UserError, match="reweighted wake-sleep"):
+            numpyro_method(method)
+    elif prop == "d":
+        assert spec.objective != "TraceMeanField_ELBO"
+    elif prop == "e":
+        assert not sampled(spec)
+    elif prop == "f":
+        run = Run(_model(method), method, SV, TV)
+        with pytest.raises(UserError, match="pyro backend only"):
+            from ppl_attention.numpyro.inference import fit as jfit
+
+            jfit(_model(method), [_batch()], method, 2, resume=run, progress=False)
+    elif prop in ("b", "c"):
+        assert spec.objective == "ReweightedWakeSleep"
+    return True
+
+
+# --- a: the loss runs, finite, on a padded batch --------------------------------------------
+
+@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+def test_a_loss_finite(method, backend):
+    if _check_na(method, "a", backend):
+        return
+    model, b = _model(method), _batch()
+    if backend == "pyro":
+        loss, g = _pyro_loss_grad(model, method, b)
+    else:
+        jm, p = JaxModel.from_torch(model)
+        jb = to_jax(b, b.size + 3, 4)  # padded pairs and positions
+        (loss, _), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True)(p)
+        loss, g = float(loss), _jflat(grads, model)
+    assert math.isfinite(loss) and np.all(np.isfinite(g)) and np.abs(g).max() > 0
+
+
+# --- b: Pyro = NumPyro on the same weights (and draws) --------------------------------------
+
+@functools.cache
+def _parity(method):
+    """Pyro's and NumPyro's (loss, gradient) of one step on the same weights: the exact step
+    where nothing is sampled, else at the same draws; for a closed-form KL also its per-site
+    values on both sides."""
+    model, b = _model(method, torch.float32), _batch()
+    jm, p = JaxModel.from_torch(model)
+    jb = to_jax(b)
+    spec = METHOD_SPECS[method]
+    out = {}
+    if not sampled(spec):
+        out["pyro"] = _pyro_loss_grad(model, method, b)
+        (loss, _), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True)(p)
+    else:
+        tr = _guide_trace(model, method, b)
+        z = jnp.asarray(tr.nodes["align"]["value"].numpy())
+        out["pyro"] = _pyro_loss_grad(model, method, b, trace=tr)
+        (loss, _), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb, z), has_aux=True)(p)
+        if spec.objective == "TraceMeanField_ELBO":
+            out["kl"] = _kl_both(model, jm, p, method, b, jb, tr, z)
+    out["numpyro"] = (float(loss), _jflat(grads, model))
+    return out
+
+
+def _kl_both(model, jm, p, method, b, jb, tr, z):
+    from numpyro import handlers
+    from numpyro.distributions.kl import kl_divergence as jkl
+    from torch.distributions import kl_divergence
+
+    m = get_method(method)
+    mtr = poutine.trace(poutine.replay(model.model, trace=tr)).get_trace(b)
+    kl_t = kl_divergence(tr.nodes["align"]["fn"], mtr.nodes["align"]["fn"]).detach().numpy()
+    sub = {jm.param_name: p, "align": z}
+    g = handlers.trace(handlers.seed(handlers.substitute(jm.guide, data=sub), 0)).get_trace(
+        jb, posterior=m.posterior)
+    mt = handlers.trace(handlers.seed(handlers.substitute(jm.model, data=sub), 0)).get_trace(jb)
+    kl_j = np.asarray(jkl(g["align"]["fn"], mt["align"]["fn"]))
+    return kl_t, kl_j
+
+
+@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+def test_b_parity(method, backend):
+    if _check_na(method, "b", backend):
+        return
+    r = _parity(method)
+    (lt, gt), (lj, gj) = r["pyro"], r["numpyro"]
+    assert lj == pytest.approx(lt, rel=1e-4)
+    _close(gj, gt)
+    if "kl" in r:  # the prior network and the closed-form KL, site by site
+        _close(r["kl"][1], r["kl"][0])
+
+
+# --- c: the gradient estimator is unbiased ------------------------------------------------------
+
+def _reference_objective(model, method, b):
+    """The exact objective a non-random method's gradient is the gradient of (a loss, summed
+    over the batch), written out from the model's pieces."""
+    spec = METHOD_SPECS[method]
+    mask = b.tgt_mask
+    if spec.posterior == "none":  # exact, hmm-exact (forward algorithm), soft, segment-crf
+        return -model.exact_token_log_likelihood(b).sum()
+    log_prior, emis = model.prior_and_emissions(b)
+    log_prior = log_prior.clamp(min=-1e30)
+    if spec.posterior == "prior":  # q = p: the ELBO is E_p[log p(y | z)]
+        per = (log_prior.exp() * emis.masked_fill(~b.src_mask[:, None], 0)).sum(-1)
+    else:
+        H = model.encode(b.src, b.src_mask)
+        log_q = model.inference_scores(b, H).masked_fill(~b.src_mask[:, None], -torch.inf)
+        log_q = log_q.log_softmax(-1).clamp(min=-1e30)
+        terms = log_q.exp() * (emis + log_prior - log_q)
+        per = terms.masked_fill(~b.src_mask[:, None], 0).sum(-1)
+    return -per.masked_fill(~mask, 0).sum()
+
+
+def _reference_grad(model, method, b):
+    model.zero_grad()
+    _reference_objective(model, method, b).backward()
+    return _flat(model)
+
+
+def _enumerated_twin(method):
+    """The method whose objective a REINFORCE method estimates (same guide, enumerated)."""
+    spec = METHOD_SPECS[method]
+    return next(n for n, s in METHOD_SPECS.items() if s.family == spec.family and
+                s.posterior == spec.posterior and s.enumerate_guide)
+
+
+def _directions(n, k=3, seed=0):
+    v = np.random.default_rng(seed).standard_normal((k, n))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _assert_mean(draws: np.ndarray, ref: np.ndarray | None = None,
+                 ref_draws: np.ndarray | None = None):
+    """The mean of ``draws [N, P]`` projected on random directions equals ``ref`` (or the mean
+    of ``ref_draws``, an independent estimate, its SE added in quadrature) within 3 standard
+    errors."""
+    V = _directions(draws.shape[1])
+    proj = draws @ V.T
+    mean, se = proj.mean(0), proj.std(0, ddof=1) / math.sqrt(len(proj))
+    if ref_draws is not None:
+        rp = ref_draws @ V.T
+        ref_p, ref_se = rp.mean(0), rp.std(0, ddof=1) / math.sqrt(len(rp))
+    else:
+        ref_p, ref_se = V @ ref, 0.0
+    bound = 3 * np.sqrt(se**2 + ref_se**2) + 1e-9 * np.abs(ref_p).max()
+    assert np.all(np.abs(mean - ref_p) <= bound), (mean, ref_p, bound)
+
+
+def _paired_pathwise_and_score_function(model, method, b, n=300):
+    """Per draw z ~ q: the method's gradient (pathwise) and an independent score-function
+    gradient of the same objective at the same z; ``[N, P]`` each."""
+    m = get_method(method)
+    spec = METHOD_SPECS[method]
+    params = [p for _, p in model.named_parameters()]
+    pw, sf = [], []
+    baseline = None
+    for i in range(n):
+        tr = _guide_trace(model, method, b, seed=1000 + i, detach=False)
+        loss, surrogate = differentiable_loss(m, m.elbo(), _Replayed(model, tr), b, 0, 1.0)
+        g = torch.autograd.grad(surrogate, params, allow_unused=True, retain_graph=True)
+        pw.append(np.concatenate([(x if x is not None else torch.zeros_like(p)).numpy().ravel()
+                                  for x, p in zip(g, params)]))
+        site = tr.nodes["align"]
+        z = site["value"].detach()
+        mtr = poutine.trace(poutine.condition(model.model, data={"align": z})).get_trace(b)
+        mtr.compute_log_prob()
+        obs = mtr.nodes["y"]["log_prob"]  # [B, T], 0 on padding
+        log_q = site["fn"].log_prob(z)  # masked: 0 on padded targets
+        log_p = mtr.nodes["align"]["fn"].log_prob(z)
+        if spec.objective == "TraceMeanField_ELBO":
+            from torch.distributions import kl_divergence
+
+            f = obs
+            kl = kl_divergence(site["fn"], mtr.nodes["align"]["fn"]).sum()
+        else:
+            f = obs + log_p - log_q
+            kl = 0.0
+        if baseline is None:
+            baseline = torch.zeros_like(f)
+        surrogate_sf = -((f + (f.detach() - baseline) * log_q).sum() - kl)
+        g = torch.autograd.grad(surrogate_sf, params, allow_unused=True)
+        sf.append(np.concatenate([(x if x is not None else torch.zeros_like(p)).numpy().ravel()
+                                  for x, p in zip(g, params)]))
+        baseline = baseline + (f.detach() - baseline) / (i + 1)  # the mean of earlier draws
+    return np.stack(pw), np.stack(sf)
+
+
+@functools.cache
+def _pathwise(method):
+    model, b = _model(method), _batch()
+    return _paired_pathwise_and_score_function(model, method, b)
+
+
+@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+def test_c_unbiased(method, backend):
+    if _check_na(method, "c", backend):
+        return
+    spec = METHOD_SPECS[method]
+    model, b = _model(method), _batch()
+    if not sampled(spec):  # the gradient is not random: equal to the objective's exactly
+        ref = _reference_grad(model, method, b)
+        if backend == "pyro":
+            _close(_pyro_loss_grad(model, method, b)[1], ref, rtol=1e-7)
+        else:
+            jm, p = JaxModel.from_torch(model)
+            grads = jax.grad(lambda q: _jax_loss_fn(jm, method, to_jax(b))(q)[0])(p)
+            _close(_jflat(grads, model), ref, rtol=1e-4)
+        return
+    ref = ref_draws = None
+    if spec.family_spec.enumerable:  # REINFORCE: the enumerated objective's gradient
+        ref = _reference_grad(model, _enumerated_twin(method), b)
+    else:  # pathwise: an independent score-function estimate of the same gradient
+        pw, sf = _pathwise(method)
+        if backend == "pyro":  # paired on the same draws: the difference has mean 0
+            _assert_mean(pw - sf, np.zeros(pw.shape[1]))
+            return
+        ref_draws = sf
+    n = 300
+    if backend == "pyro":
+        draws = np.stack([_pyro_loss_grad(model, method, b, seed=s)[1] for s in range(n)])
+    else:
+        jm, p = JaxModel.from_torch(model)
+        loss = make_loss(jm, method)
+        jb = to_jax(b)
+        grad = jax.jit(jax.vmap(jax.grad(lambda q, key: loss(q, key, jb, 1.0)[0]),
+                                in_axes=(None, 0)))
+        g = grad(p, jax.random.split(jax.random.PRNGKey(0), n))
+        draws = np.concatenate([np.asarray(g[name]).reshape(n, -1)
+                                for name, _ in model.named_parameters()], 1)
+    _assert_mean(draws, ref, ref_draws)
+
+
+# --- d: the closed-form KL is taken at the model's sites ------------------------------------
+
+@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+def test_d_closed_form_kl(method, backend):
+    """KL(q ‖ p) of the real (masked, KL-scaled) sites has a closed form — its value agrees with
+    Monte Carlo — and TraceMeanField_ELBO's loss is −log p(y | z) + scale·Σ KL at the same
+    draw: a Monte Carlo fallback would give another number."""
+    if _check_na(method, "d", backend):
+        return
+    model, b = _model(method), _batch()
+    scale = 0.3
+    if backend == "pyro":
+        from torch.distributions import kl_divergence
+
+        m = get_method(method)
+        pyro.set_rng_seed(1)
+        tr = poutine.trace(model.guide).get_trace(b, posterior=m.posterior, kl_scale=scale)
+        mtr = poutine.trace(poutine.replay(model.model, trace=tr)).get_trace(b, kl_scale=scale)
+        q, p = tr.nodes["align"]["fn"], mtr.nodes["align"]["fn"]
+        kl = kl_divergence(q, p).detach()  # NotImplementedError here = the fallback
+        with torch.no_grad():
+            draws = q.sample((4000,))
+            mc = q.log_prob(draws) - p.log_prob(draws)
+        assert torch.all((mc.mean(0) - kl).abs() <= 4 * mc.std(0) / 63.2 + 1e-6)
+        mtr.compute_log_prob()
+        manual = -float(mtr.nodes["y"]["log_prob"].sum()) + scale * float(kl.sum())
+        loss = m.elbo().loss(lambda bb: model.model(bb, kl_scale=scale),
+                             poutine.replay(lambda bb: model.guide(bb, posterior=m.posterior,
+                                                                    kl_scale=scale), trace=tr),
+                             b)
+        assert loss == pytest.approx(manual, rel=1e-8)
+        return
+    from numpyro import handlers
+    from numpyro.distributions.kl import kl_divergence as jkl
+
+    model = _model(method, torch.float32)
+    jm, params = JaxModel.from_torch(model)
+    jb = to_jax(b)
+    m = numpyro_method(method)
+    sub = {jm.param_name: params}
+    g = handlers.trace(handlers.seed(handlers.substitute(jm.guide, data=sub), 1)).get_trace(
+        jb, posterior=m.posterior, kl_scale=scale)
+    z = g["align"]["value"]
+    mt = handlers.trace(handlers.seed(handlers.substitute(
+        jm.model, data={**sub, "align": z}), 1)).get_trace(jb, kl_scale=scale)
+    q, p = g["align"]["fn"], mt["align"]["fn"]
+    kl = np.asarray(jkl(q, p))
+    draws = q.sample(jax.random.PRNGKey(2), (4000,))
+    mc = np.asarray(q.log_prob(draws) - p.log_prob(draws))
+    assert np.all(np.abs(mc.mean(0) - kl) <= 4 * mc.std(0) / 63.2 + 1e-4)
+    obs = mt["y"]
+    manual = -float(jnp.sum(obs["fn"].log_prob(obs["value"]))) + scale * float(kl.sum())
+    guide = handlers.substitute(jm.guide, data={"align": z})
+    loss = m.elbo().loss(jax.random.PRNGKey(0), sub,
+                         functools.partial(jm.model, kl_scale=scale),
+                         functools.partial(guide, posterior=m.posterior, kl_scale=scale), jb)
+    assert float(loss) == pytest.approx(manual, rel=1e-4)
+
+
+# --- e: ELBO ≤ IWAE_K, non-decreasing in K, ≤ log p --------------------------------------------
+
+def _iwae_curve(lw_fn, ks=(1, 5, 25), reps=8):
+    """(mean, SE) over ``reps`` repeats of log (1/K) Σ_k w_k summed over the batch, per K."""
+    out = []
+    for k in ks:
+        vals = [float((lw_fn(k, r).logsumexp(0) - math.log(k)).sum()) for r in range(reps)]
+        out.append((np.mean(vals), np.std(vals, ddof=1) / math.sqrt(reps)))
+    return out
+
+
+@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+def test_e_iwae_order(method, backend):
+    if _check_na(method, "e", backend):
+        return
+    model, b = _model(method), _batch()
+    model.eval()
+    spec = METHOD_SPECS[method]
+    if backend == "pyro":
+        run = Run(model, method, SV, TV)
+
+        def lw(k, r):
+            pyro.set_rng_seed(100 * k + r)
+            with torch.no_grad():
+                return log_importance_weights(run, b, k)
+    else:
+        from ppl_attention.numpyro.inference.evaluate import twin
+
+        t = twin(Run(_model(method, torch.float32), method, SV, TV))
+        jb = to_jax(b)
+
+        def lw(k, r):
+            keys = jax.random.split(jax.random.PRNGKey(100 * k + r), k)
+            # Twin.iwae gives log-mean-exp per pair; K draws of one weight each recover it
+            return torch.as_tensor(np.asarray(t.iwae(t.params, jb, keys)))[None] + math.log(k)
+    curve = _iwae_curve(lw)
+    for (lo, se_lo), (hi, se_hi) in zip(curve, curve[1:]):
+        assert lo <= hi + 3 * math.hypot(se_lo, se_hi)
+    if spec.family_spec.enumerable:  # a categorical guide: log p is exact
+        with torch.no_grad():
+            log_p = float(model.exact_token_log_likelihood(b).sum())
+        top, se = curve[-1]
+        assert top <= log_p + 3 * se + 1e-4
+
+
+# --- f: resume continues with the identical next loss ----------------------------------------
+
+F_TASK = make_task("reorder", n_train=40, n_eval=6, seed=2, min_len=3, max_len=5)
+F_SV = Vocab.build(s for s, _ in F_TASK.train.pairs)
+F_TV = Vocab.build(t for _, t in F_TASK.train.pairs)
+
+
+def _fit(method, steps, resume=None):
+    batches = make_batches(F_TASK.train.pairs, F_SV, F_TV, 8, shuffle=True, seed=0)
+    if resume is None:
+        torch.manual_seed(0)
+        model = Seq2SeqAlignment(len(F_SV), len(F_TV), hidden=8,
+                                 family=get_method(method).family())
+    else:
+        model = resume.model
+    return fit(model, batches, method, steps, 0, src_vocab=F_SV, tgt_vocab=F_TV, resume=resume,
+               progress=False, lr_schedule="constant", valid_every=1000, lr=1e-2)
+
+
+@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+def test_f_resume(method, backend, tmp_path):
+    if _check_na(method, "f", backend):
+        return
+    straight = _fit(method, 6)
+    first = _fit(method, 4)
+    first.save(tmp_path / "run", complete=False)
+    resumed = Run.load(tmp_path / "run", which="last", partial=True)
+    cont = _fit(method, 6, resume=resumed)
+    assert [h["train_loss"] for h in cont.history] == [h["train_loss"] for h in straight.history]
+
+
+# --- g: padding changes neither loss nor gradient ---------------------------------------------
+
+@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+def test_g_padding(method, backend):
+    if _check_na(method, "g", backend):
+        return
+    spec = METHOD_SPECS[method]
+    model, b = _model(method), _batch()
+    B, T = b.tgt_out.shape
+    S = b.src.shape[1]
+    if backend == "pyro":
+        big = _pad(b)
+        if not sampled(spec):
+            small, padded = _pyro_loss_grad(model, method, b), _pyro_loss_grad(model, method, big)
+        else:
+            tr = _guide_trace(model, method, b)
+            trb = _guide_trace(model, method, big)
+            z, zb = tr.nodes["align"]["value"], trb.nodes["align"]["value"].clone()
+            if zb.dim() == 3 and zb.shape[-1] != z.shape[-1]:  # a point over the S positions
+                zb[:, :T, :S] = z
+            else:  # an index per target, or a context vector
+                zb[:, :T] = z
+            trb.nodes["align"]["value"] = zb
+            small = _pyro_loss_grad(model, method, b, trace=tr)
+            padded = _pyro_loss_grad(model, method, big, trace=trb)
+        assert padded[0] == pytest.approx(small[0], rel=1e-10)
+        _close(padded[1], small[1], rtol=1e-8)
+        return
+    model = _model(method, torch.float32)
+    jm, p = JaxModel.from_torch(model)
+    jb, jbig = to_jax(b), to_jax(b, B + 3, 8)
+    if not sampled(spec):
+        fs, fb = _jax_loss_fn(jm, method, jb), _jax_loss_fn(jm, method, jbig)
+    else:
+        tr = _guide_trace(model, method, b)
+        z = np.asarray(tr.nodes["align"]["value"].numpy())
+        Bb, Tb, Sb = jbig.tgt_out.shape[0], jbig.tgt_out.shape[1], jbig.src.shape[1]
+        assert S != model.config["hidden"]  # a point over S positions vs a context vector
+        if z.ndim == 2:  # an index per target
+            zb = np.zeros((Bb, Tb), z.dtype)
+            zb[:B, :T] = z
+        elif z.shape[-1] == S:  # a point over the positions; all mass at 0 where padded
+            zb = np.zeros((Bb, Tb, Sb), z.dtype)
+            zb[..., 0] = 1.0
+            zb[:B, :T, :S] = z
+        else:  # a context vector
+            zb = np.zeros((Bb, Tb, z.shape[-1]), z.dtype)
+            zb[:B, :T] = z
+        fs, fb = (_jax_loss_fn(jm, method, jb, jnp.asarray(z)),
+                  _jax_loss_fn(jm, method, jbig, jnp.asarray(zb)))
+    (ls, _), gs = jax.value_and_grad(fs, has_aux=True)(p)
+    (lb, _), gb = jax.value_and_grad(fb, has_aux=True)(p)
+    assert float(lb) == pytest.approx(float(ls), rel=1e-5)
+    _close(_jflat(gb, model), _jflat(gs, model), rtol=1e-4)
