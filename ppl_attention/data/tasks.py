@@ -84,12 +84,70 @@ def reorder_task(n_train: int = 100_000, n_eval: int = 1000, seed: int = 0, voca
                  "noise": noise, "seed": seed})
 
 
+def durations_task(n_train: int = 4000, n_eval: int = 200, seed: int = 0, vocab: int = 12,
+                   min_len: int = 16, max_len: int = 128, advance: float = 0.5,
+                   noise: float = 0.1) -> Task:
+    """``durations``: a long monotonic task — symbols → frames. A source of S symbols (S from
+    ``min_len`` to ``max_len``) is rendered as frames, symbol by symbol: each lasts a geometric
+    number of frames (≥ 1; after every frame the next symbol starts with probability
+    ``advance``, so 2 frames on average and T ≈ 2S, up to several hundred), each frame is the
+    symbol's frame token with probability 1 − ε and a uniform frame token otherwise. Gold: the
+    symbol each frame renders. The exact floor is the generator's
+
+        p(y | x) = Σ_{paths z: 0 → S−1, stay or advance} Π_t p(z_t | z_{t−1}) p(y_t | x_{z_t})
+                   · advance   (the last symbol ends too),
+
+    by a forward recursion over (frame, symbol), for the valid and test splits (training pairs
+    carry none, to keep the task quick to make)."""
+    import numpy as np
+
+    frames = [f"f{i}" for i in range(vocab)]
+
+    def log_p(x, y):
+        idx = np.array([int(s[1:]) for s in x])
+        obs = np.array([int(f[1:]) for f in y])
+        emit = np.where(obs[:, None] == idx[None, :], 1 - noise + noise / vocab, noise / vocab)
+        S = len(x)
+        alpha = np.full(S, -np.inf)
+        alpha[0] = math.log(emit[0, 0])
+        ls, la = math.log(1 - advance), math.log(advance)
+        for t in range(1, len(y)):
+            moved = np.concatenate([[-np.inf], alpha[:-1]])
+            alpha = np.logaddexp(alpha + ls, moved + la) + np.log(emit[t])
+        return float(alpha[-1] + la)
+
+    def split(n: int, part: str, with_floor: bool) -> Split:
+        rng = _split_rng("durations", seed, part)
+        pairs, gold, ll = [], [], []
+        for _ in range(n):
+            S = rng.randint(min_len, max_len)
+            x = [f"s{rng.randrange(vocab)}" for _ in range(S)]
+            y, links = [], set()
+            for j, sym in enumerate(x):
+                while True:
+                    links.add((j, len(y)))
+                    y.append(f"f{sym[1:]}" if rng.random() >= noise else rng.choice(frames))
+                    if rng.random() < advance:
+                        break
+            pairs.append((x, y))
+            gold.append(links)
+            if with_floor:
+                ll.append(log_p(x, y))
+        return Split(pairs, gold, ll if with_floor else None)
+
+    return Task("durations", split(n_train, "train", False), split(n_eval, "valid", True),
+                split(n_eval, "test", True),
+                {"vocab": vocab, "min_len": min_len, "max_len": max_len, "advance": advance,
+                 "noise": noise, "seed": seed})
+
+
 TASKS = {
     "copy": lambda n_train=2000, n_eval=200, seed=0: _copy_like("copy", False, n_train, n_eval,
                                                                 seed),
     "reverse": lambda n_train=2000, n_eval=200, seed=0: _copy_like("reverse", True, n_train,
                                                                    n_eval, seed),
     "reorder": reorder_task,
+    "durations": durations_task,
     "g2p": lambda n_train=None, n_eval=None, seed=0, stress=False: _g2p(stress, n_train, seed),
 }
 

@@ -209,7 +209,9 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
     last = copy.deepcopy(run.model.state_dict())
     run.model.load_state_dict(run.extra.get("best_model", last))
     rep = report(run, data.test, source, backend=exp.backend)
-    rep["ms_per_step"] = run.extra["ms_per_step"]
+    for key in ("ms_per_step", "compilations", "compile_seconds"):
+        if key in run.extra:
+            rep[key] = run.extra[key]
     run.extra["test_report"] = rep
     run.model.load_state_dict(last)  # the checkpoint keeps the last weights for --resume
     run.save(out)

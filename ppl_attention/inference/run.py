@@ -68,7 +68,11 @@ class Run:
             torch.save({"model": self.model.state_dict(), "step": self.step,
                         "optimizer": self.optimizer_state, "rng": self.rng_state,
                         "extra": self.extra}, tmp / "checkpoint.pt")
-            (tmp / "metrics.json").write_text(json.dumps({"history": self.history}, indent=1))
+            metrics = {"history": self.history}
+            for key in ("ms_per_step", "train_seconds", "compilations", "compile_seconds"):
+                if key in self.extra:
+                    metrics[key] = self.extra[key]
+            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
             if self.history:
                 from .plots import plot_learning_curve
                 plot_learning_curve(self.history, tmp / "learning_curve.png", title=self.method)

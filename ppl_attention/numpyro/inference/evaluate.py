@@ -19,7 +19,7 @@ from ..batching import to_jax
 from ..nn import from_torch, sub
 from .methods import enumerated_guide_loss, get_method, make_elbo
 
-MULTIPLE = 4  # S and T rounded up to a multiple of this: few shapes, few compilations
+MULTIPLE = "bucket"  # S and T padded up to a few bucket lengths: few shapes, few compilations
 
 
 def twin_class(model_class):

@@ -174,16 +174,20 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
     base_key = jax.random.PRNGKey(seed)
     best, best_params = float("inf"), None
     bar = tqdm(range(steps), disable=not progress, desc=f"{method} [numpyro]", leave=False)
-    t0, tokens = time.perf_counter(), 0
+    t0, tokens, compile_s = time.perf_counter(), 0, 0.0
     for step in bar:
         epoch, pos = divmod(step, len(train))
         i = batch_order(len(train), seed, epoch)[pos]
         n_tok = train[i].n_tokens
+        compiled_before = step_fn._cache_size()
+        t_step = time.perf_counter()
         params, opt, neg_elbo = step_fn(params, opt, jax.random.fold_in(base_key, step),
                                         jtrain[i], float(n_tok),
                                         lr * LR_SCHEDULES[lr_schedule](step, steps),
                                         m.kl_scale(step, kl_weight, anneal_rho))
         loss = float(neg_elbo)
+        if step_fn._cache_size() > compiled_before:  # this step compiled a new batch shape
+            compile_s += time.perf_counter() - t_step
         tokens += n_tok
         record = {"step": step + 1, "train_loss": loss}
         if valid and ((step + 1) % valid_every == 0 or step + 1 == steps):
@@ -194,7 +198,9 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         run.history.append(record)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
     run.step = steps
-    run.extra.update(best_valid=best, ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps))
+    run.extra.update(best_valid=best, ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps),
+                     compilations=int(step_fn._cache_size()), compile_seconds=compile_s,
+                     shapes=len({(b.src.shape, b.tgt_out.shape) for b in jtrain}))
     if best_params is not None:
         run.extra["best_model"] = to_torch(best_params)
     model.load_state_dict(to_torch(params))
