@@ -145,7 +145,8 @@ class MonotonicAlignment:
         joint = self.init + self.emissions[:, 0]
         ll0 = joint.logsumexp(-1)
         alpha = joint - ll0[:, None]
-        lls, filters = [ll0], [alpha]
+        lls = [torch.where(self.mask[:, 0], ll0, torch.zeros_like(ll0))]  # a padded row: 0
+        filters = [alpha]
         for t in range(1, T):
             joint, _ = self._step(alpha, t)
             ll = joint.logsumexp(-1)

@@ -99,11 +99,20 @@ class _Replayed:
 
 
 def _guide_trace(model, method, b, seed=1, detach=True):
+    """The guide's trace as the method's ELBO draws it (under reweighted wake-sleep's plate of
+    vectorized particles where it has one)."""
     m = get_method(method)
     pyro.set_rng_seed(seed)
     kw = {"baseline": model.soft_token_log_likelihood(b).detach()} if m.baseline else {}
-    tr = poutine.trace(model.guide).get_trace(b, posterior=m.posterior, enumerate_z=False,
-                                               kl_scale=1.0, **kw)
+    if m.spec.particles > 1:  # the vectorized particles, as the ELBO itself draws them
+        elbo = m.elbo()
+        _, tr = next(elbo._get_traces(
+            lambda bb: model.model(bb, enumerate_z=False, kl_scale=1.0),
+            lambda bb: model.guide(bb, posterior=m.posterior, enumerate_z=False, kl_scale=1.0),
+            (b,), {}))
+    else:
+        tr = poutine.trace(model.guide).get_trace(b, posterior=m.posterior, enumerate_z=False,
+                                                  kl_scale=1.0, **kw)
     if detach:
         tr.nodes["align"]["value"] = tr.nodes["align"]["value"].detach()
     return tr
@@ -210,12 +219,12 @@ def _parity(method):
     out = {}
     if not sampled(spec):
         out["pyro"] = _pyro_loss_grad(model, method, b)
-        (loss, _), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True)(p)
+        (_, loss), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True)(p)
     else:
         tr = _guide_trace(model, method, b)
         z = jnp.asarray(tr.nodes["align"]["value"].numpy())
         out["pyro"] = _pyro_loss_grad(model, method, b, trace=tr)
-        (loss, _), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb, z), has_aux=True)(p)
+        (_, loss), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb, z), has_aux=True)(p)
         if spec.objective == "TraceMeanField_ELBO":
             out["kl"] = _kl_both(model, jm, p, method, b, jb, tr, z)
     out["numpyro"] = (float(loss), _jflat(grads, model))
@@ -528,6 +537,32 @@ def test_f_resume(method, backend, tmp_path):
 
 # --- g: padding changes neither loss nor gradient ---------------------------------------------
 
+def _check_particle_weights_padding(model, method, b, big):
+    """Reweighted wake-sleep's loss and gradients are functions of the K particles' log-weights
+    log p(y, z_k | x) − log q(z_k | x, y) and their gradients: those are the same at the same
+    draws on the padded batch."""
+    m = get_method(method)
+    tr = _guide_trace(model, method, b)
+    z_all = tr.nodes["align"]["value"]  # [K, B, T]
+    T = b.tgt_out.shape[1]
+    for k in range(z_all.shape[0]):
+        vals = []
+        for batch in (b, big):
+            z = torch.zeros(batch.tgt_out.shape, dtype=torch.long)
+            z[:, :T] = z_all[k]
+            model.zero_grad()
+            g = poutine.trace(poutine.condition(model.guide, data={"align": z})).get_trace(
+                batch, posterior=m.posterior)
+            mt = poutine.trace(poutine.condition(model.model, data={"align": z})).get_trace(batch)
+            g.compute_log_prob()
+            mt.compute_log_prob()
+            lw = mt.log_prob_sum() - g.nodes["align"]["log_prob_sum"]
+            lw.backward()
+            vals.append((float(lw), _flat(model)))
+        assert vals[1][0] == pytest.approx(vals[0][0], rel=1e-10)
+        _close(vals[1][1], vals[0][1], rtol=1e-8)
+
+
 @pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
 def test_g_padding(method, backend):
     if _check_na(method, "g", backend):
@@ -538,16 +573,21 @@ def test_g_padding(method, backend):
     S = b.src.shape[1]
     if backend == "pyro":
         big = _pad(b)
+        if spec.particles > 1:  # the K vectorized particles: their log-weights, one by one
+            _check_particle_weights_padding(model, method, b, big)
+            return
         if not sampled(spec):
             small, padded = _pyro_loss_grad(model, method, b), _pyro_loss_grad(model, method, big)
         else:
             tr = _guide_trace(model, method, b)
             trb = _guide_trace(model, method, big)
             z, zb = tr.nodes["align"]["value"], trb.nodes["align"]["value"].clone()
-            if zb.dim() == 3 and zb.shape[-1] != z.shape[-1]:  # a point over the S positions
-                zb[:, :T, :S] = z
-            else:  # an index per target, or a context vector
-                zb[:, :T] = z
+            if not z.is_floating_point():  # an index per target (particles on the left)
+                zb[..., :T] = z
+            elif zb.shape[-1] != z.shape[-1]:  # a point over the S positions
+                zb[..., :T, :S] = z
+            else:  # a context vector per target
+                zb[..., :T, :] = z
             trb.nodes["align"]["value"] = zb
             small = _pyro_loss_grad(model, method, b, trace=tr)
             padded = _pyro_loss_grad(model, method, big, trace=trb)
@@ -576,7 +616,7 @@ def test_g_padding(method, backend):
             zb[:B, :T] = z
         fs, fb = (_jax_loss_fn(jm, method, jb, jnp.asarray(z)),
                   _jax_loss_fn(jm, method, jbig, jnp.asarray(zb)))
-    (ls, _), gs = jax.value_and_grad(fs, has_aux=True)(p)
-    (lb, _), gb = jax.value_and_grad(fb, has_aux=True)(p)
+    (_, ls), gs = jax.value_and_grad(fs, has_aux=True)(p)
+    (_, lb), gb = jax.value_and_grad(fb, has_aux=True)(p)
     assert float(lb) == pytest.approx(float(ls), rel=1e-5)
     _close(_jflat(gb, model), _jflat(gs, model), rtol=1e-4)

@@ -88,6 +88,7 @@ class MonotonicAlignment:
               jnp.swapaxes(self.mask[:, 1:], 0, 1))
         _, (fs, lls) = jax.lax.scan(step, alpha0, xs)
         filters = jnp.concatenate([alpha0[:, None], jnp.swapaxes(fs, 0, 1)], 1)
+        ll0 = jnp.where(self.mask[:, 0], ll0, 0.0)  # a padded row (NumPyro's padded pairs): 0
         ll = jnp.concatenate([ll0[:, None], jnp.swapaxes(lls, 0, 1)], 1)
         return filters, ll
 

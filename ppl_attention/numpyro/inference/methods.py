@@ -122,18 +122,21 @@ def score_function_loss(rng_key, params, model, guide, batch, baseline,
 
     Per token, ℓ_t = log p(y_t | z_t) + log p(z_t | ·) − log q(z_t | ·) (the z_t are
     conditionally independent given x, y, so ℓ_t is z_t's whole downstream cost, as Pyro's
-    TraceGraph_ELBO computes it under the target plate). The surrogate
-    −Σ_t [ℓ_t + stop_grad(ℓ_t − b_t) · log q(z_t)] has the REINFORCE gradient with baseline b.
+    TraceGraph_ELBO computes it under the target plate). The surrogate is Pyro's:
+    −Σ_t [log p(y_t | z_t) + log p(z_t | ·) + stop_grad(ℓ_t − b_t) · log q(z_t)] — the REINFORCE
+    gradient with baseline b; like TraceGraph_ELBO it leaves out the term −∇ log q(z_t) at the
+    drawn z_t (zero in expectation), so both backends give the same gradient at the same draw.
     """
     sub = {param_name: params}
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=sub), rng_key)).get_trace(
         batch)
     m = handlers.trace(handlers.replay(handlers.substitute(model, data=sub), g)).get_trace(batch)
     log_q = _site_terms(g, "align")
-    elbo_t = _site_terms(m, "y") + _site_terms(m, "align") - log_q
+    log_p = _site_terms(m, "y") + _site_terms(m, "align")
+    elbo_t = log_p - log_q
     mask = batch.tgt_mask
     cost = jax.lax.stop_gradient(jnp.where(mask, elbo_t - baseline, 0.0))
-    surrogate = jnp.where(mask, elbo_t + cost * log_q, 0.0).sum()
+    surrogate = jnp.where(mask, log_p + cost * log_q, 0.0).sum()
     return -surrogate, -jnp.where(mask, elbo_t, 0.0).sum()
 
 
