@@ -18,9 +18,22 @@ import os
 import sys
 import time
 
-import jax
-import pyro
-import torch
+def device_arg(argv) -> str:
+    """``--device cpu|cuda|gpu`` read before JAX is imported (it picks its platform then)."""
+    for i, a in enumerate(argv):
+        if a == "--device" and i + 1 < len(argv):
+            return "cuda" if argv[i + 1] in ("cuda", "gpu") else argv[i + 1]
+        if a.startswith("--device="):
+            return "cuda" if a.split("=", 1)[1] in ("cuda", "gpu") else a.split("=", 1)[1]
+    return "cpu"
+
+
+DEVICE = device_arg(sys.argv)
+os.environ.setdefault("JAX_PLATFORMS", "cuda" if DEVICE == "cuda" else "cpu")
+
+import jax  # noqa: E402
+import pyro  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from seq2seq_methods import median_ms, synthetic_batch  # noqa: E402
@@ -48,11 +61,12 @@ def jax_timed(fn, reps):
 def bench_size(name, size, methods, reps):
     batch = synthetic_batch(size["batch"], size["src"], size["tgt"], size["vocab"])
     jb = to_jax(batch)
+    batch = batch.to(DEVICE)
 
     def build(method):
         torch.manual_seed(0)
         return Seq2SeqAlignment(size["vocab"], size["vocab"], hidden=size["hidden"],
-                                family=get_method(method).family(size["hidden"]))
+                                family=get_method(method).family(size["hidden"])).to(DEVICE)
 
     reference = build("exact")
 
@@ -94,6 +108,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--sizes", default="small,large")
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--device", choices=["cpu", "cuda", "gpu"], default="cpu",
+                    help="torch device and JAX platform (read before JAX starts)")
     args = ap.parse_args(argv)
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), pyro {pyro.__version__},"
           f" jax {jax.__version__} on {jax.devices()[0].platform}")

@@ -24,3 +24,15 @@ def data_dir(tmp_path_factory):
         write_tsv(d / f"{name}.tsv", split.pairs)
         write_pharaoh(d / f"{name}.align", split.gold)
     return d
+
+
+def require_ray():
+    """Ray, or a skip — except in CI (PPL_ATTENTION_CI set by .ci/run, which installs the ray
+    extra), where a missing Ray fails the test instead of silently skipping every Ray test."""
+    import os
+
+    if os.environ.get("PPL_ATTENTION_CI"):
+        import ray  # noqa: F401  (an ImportError here fails the test)
+
+        return
+    pytest.importorskip("ray")

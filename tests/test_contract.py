@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyro
 import pytest
+from conftest import require_ray
 import torch
 
 from ppl_attention.cli import main
@@ -338,7 +339,7 @@ def test_a_users_model_file_travels_with_ray_jobs(tmp_path, data_dir):
     the job imports them, not the path (which a remote node would not have)."""
     import shutil
 
-    pytest.importorskip("ray")
+    require_ray()
     model = tmp_path / "mine" / "diagonal.py"
     model.parent.mkdir()
     shutil.copy(TUTORIAL / "diagonal.py", model)

@@ -175,6 +175,7 @@ def test_cli_train_evaluate_sample_and_bad_files(tmp_path, capsys):
 
 @pytest.mark.parametrize("kw", [{}, {"family": "categorical", "attention": "bilinear"},
                                 {"attention": "none", "z_input": "init"},
+                                {"encoder": "transformer"},
                                 {"encoder": "transformer", "decoder": "transformer"},
                                 {"memory": "encoder", "z_input": "concat"},
                                 {"decoder": "transformer", "memory": "encoder"}])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import require_ray
 
 from ppl_attention.cli import main
 
@@ -39,7 +40,7 @@ def _free_port():
 
 
 def test_ray_local_sweep_gives_the_in_process_numbers(data_dir, tmp_path):
-    pytest.importorskip("ray")
+    require_ray()
     assert _sweep(data_dir, tmp_path / "inline") == 0
     assert _sweep(data_dir, tmp_path / "ray", "--ray", "local") == 0
     one, two = _numbers(tmp_path / "inline" / "results.csv"), _numbers(tmp_path / "ray" /
@@ -61,7 +62,7 @@ def test_ray_local_sweep_gives_the_in_process_numbers(data_dir, tmp_path):
 def test_a_failed_job_is_isolated_and_the_rerun_runs_only_it(data_dir, tmp_path, capsys, where):
     extra = ["--ray", "local"] if where == "ray" else []
     if where == "ray":
-        pytest.importorskip("ray")
+        require_ray()
     out = tmp_path / "sweep"
     blocker = out / "runs" / "soft-seed1"
     blocker.mkdir(parents=True)
@@ -129,7 +130,7 @@ def test_bad_sweep_options_are_refused_before_any_work(data_dir, tmp_path, capsy
 
 
 def test_more_cpus_per_job_than_the_cluster_has_is_refused(data_dir, tmp_path, capsys):
-    pytest.importorskip("ray")
+    require_ray()
     out = tmp_path / "never"
     assert main(["sweep", "--data-dir", str(data_dir), "--methods", "exact", *SMALL,
                  "--ray", "local", "--cpus-per-job", "999", "--out", str(out)]) == 2
@@ -138,7 +139,7 @@ def test_more_cpus_per_job_than_the_cluster_has_is_refused(data_dir, tmp_path, c
 
 
 def test_ray_address_without_a_cluster_is_a_clear_error(data_dir, tmp_path, capsys):
-    pytest.importorskip("ray")
+    require_ray()
     out = tmp_path / "never"
     address = f"127.0.0.1:{_free_port()}"
     assert main(["sweep", "--data-dir", str(data_dir), "--methods", "exact", *SMALL,
@@ -151,7 +152,7 @@ def test_ray_address_without_a_cluster_is_a_clear_error(data_dir, tmp_path, caps
 def test_sweep_on_a_running_ray_cluster(data_dir, tmp_path):
     """`--ray HOST:PORT` joins a cluster started with `ray start --head` (the package's code
     travels with the jobs)."""
-    pytest.importorskip("ray")
+    require_ray()
     port = _free_port()
     ray_cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
     subprocess.run([*ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2",

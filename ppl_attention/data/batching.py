@@ -36,6 +36,14 @@ class Batch:
     def n_tokens(self) -> int:
         return int(self.tgt_mask.sum())
 
+    def to(self, device) -> Batch:
+        """The same batch with its tensors on ``device``."""
+        def move(t):
+            return None if t is None else t.to(device)
+
+        return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out),
+                     move(self.tgt_mask), move(self.index), move(self.gold), self.n_unk)
+
 
 def _pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     L = max(len(s) for s in seqs)
