@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+
 def device_arg(argv) -> str:
     """``--device cpu|cuda|gpu`` read before JAX is imported (it picks its platform then)."""
     for i, a in enumerate(argv):

@@ -70,7 +70,8 @@ __all__ = [
 def __getattr__(name):
     """The subpackages (``pa.models``, ``pa.inference``, ``pa.data``, ``pa.analysis`` — ArviZ —,
     ``pa.numpyro`` — JAX) load on first use: importing the package stays light."""
-    if name in ("analysis", "numpyro", "models", "inference", "data", "core", "errors"):
+    if name in ("analysis", "numpyro", "models", "inference", "data", "core", "errors",
+                "structured"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -71,14 +71,12 @@ def not_applicable(method: str, prop: str, backend: str) -> str | None:
     return None
 
 
-CELL = re.compile(r"test_matrix\.py::test_(\w)_\w+\[(?P<method>[\w-]+)-(?P<backend>pyro|numpyro)\] "
-                  r"(?P<outcome>PASSED|FAILED|ERROR|SKIPPED)")
-
-
 def main() -> int:
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:warnings",
-                          str(ROOT / "tests" / "test_matrix.py")], capture_output=True,
-                         text=True, cwd=ROOT)
+                          "--durations=30", str(ROOT / "tests" / "test_matrix.py")],
+                         capture_output=True, text=True, cwd=ROOT)
+    (ROOT / "runs").mkdir(exist_ok=True)
+    (ROOT / "runs" / "matrix.log").write_text(res.stdout + res.stderr)
     outcomes = {}
     for line in res.stdout.splitlines():
         m = re.search(r"test_matrix\.py::test_(\w)_\w+\[([\w-]+?)-(pyro|numpyro)\]", line)

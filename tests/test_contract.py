@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pyro
 import pytest
-from conftest import require_ray
 import torch
+from conftest import require_ray
 
 from ppl_attention.cli import main
 from ppl_attention.data import Vocab, make_batches, make_task

@@ -200,7 +200,8 @@ def test_a_loss_finite(method, backend):
     else:
         jm, p = JaxModel.from_torch(model)
         jb = to_jax(b, b.size + 3, 4)  # padded pairs and positions
-        (loss, _), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True)(p)
+        step = jax.jit(jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True))
+        (loss, _), grads = step(p)
         loss, g = float(loss), _jflat(grads, model)
     assert math.isfinite(loss) and np.all(np.isfinite(g)) and np.abs(g).max() > 0
 
@@ -219,12 +220,14 @@ def _parity(method):
     out = {}
     if not sampled(spec):
         out["pyro"] = _pyro_loss_grad(model, method, b)
-        (_, loss), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True)(p)
+        step = jax.jit(jax.value_and_grad(_jax_loss_fn(jm, method, jb), has_aux=True))
+        (_, loss), grads = step(p)
     else:
         tr = _guide_trace(model, method, b)
         z = jnp.asarray(tr.nodes["align"]["value"].numpy())
         out["pyro"] = _pyro_loss_grad(model, method, b, trace=tr)
-        (_, loss), grads = jax.value_and_grad(_jax_loss_fn(jm, method, jb, z), has_aux=True)(p)
+        step = jax.jit(jax.value_and_grad(_jax_loss_fn(jm, method, jb, z), has_aux=True))
+        (_, loss), grads = step(p)
         if spec.objective == "TraceMeanField_ELBO":
             out["kl"] = _kl_both(model, jm, p, method, b, jb, tr, z)
     out["numpyro"] = (float(loss), _jflat(grads, model))
@@ -373,7 +376,7 @@ def test_c_unbiased(method, backend):
             _close(_pyro_loss_grad(model, method, b)[1], ref, rtol=1e-7)
         else:
             jm, p = JaxModel.from_torch(model)
-            grads = jax.grad(lambda q: _jax_loss_fn(jm, method, to_jax(b))(q)[0])(p)
+            grads = jax.jit(jax.grad(lambda q: _jax_loss_fn(jm, method, to_jax(b))(q)[0]))(p)
             _close(_jflat(grads, model), ref, rtol=1e-4)
         return
     ref = ref_draws = None
@@ -616,7 +619,7 @@ def test_g_padding(method, backend):
             zb[:B, :T] = z
         fs, fb = (_jax_loss_fn(jm, method, jb, jnp.asarray(z)),
                   _jax_loss_fn(jm, method, jbig, jnp.asarray(zb)))
-    (_, ls), gs = jax.value_and_grad(fs, has_aux=True)(p)
-    (_, lb), gb = jax.value_and_grad(fb, has_aux=True)(p)
+    (_, ls), gs = jax.jit(jax.value_and_grad(fs, has_aux=True))(p)
+    (_, lb), gb = jax.jit(jax.value_and_grad(fb, has_aux=True))(p)
     assert float(lb) == pytest.approx(float(ls), rel=1e-5)
     _close(_jflat(gb, model), _jflat(gs, model), rtol=1e-4)
