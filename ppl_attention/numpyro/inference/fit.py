@@ -69,7 +69,7 @@ def make_loss(model, method: str):
                 base = jax.lax.stop_gradient(model.soft_token_log_likelihood(params, batch))
             return score_function_loss(key, params, mdl(1.0), guide_fn(1.0), batch, base,
                                        model.param_name)
-    elif m.loss_kind == "forward":
+    elif m.loss_kind == "exact-marginal":
         def loss(params, key, batch, kl):
             v = -model.exact_token_log_likelihood(params, batch).sum()
             return v, v

@@ -21,7 +21,10 @@ wherever a monotonic transition is structurally impossible (funsor's log-space e
 log 0 and its backward multiplies 0 by ∞), so this method differentiates the same quantity,
 −log p(y | x), computed by the hand-written forward scan
 (:class:`~ppl_attention.numpyro.structured.MonotonicAlignment`, the chain of the family):
-loss kind ``"forward"``.
+loss kind ``"exact-marginal"``. ``exact`` (a categorical site enumerated in the model) takes the
+same loss kind: the enumerated marginal −Σ_t log Σ_j p(z_t = j) p(y_t | z_t = j) read off the
+model's ``[B, T, S]`` emission table, which is what TraceEnum_ELBO contracts to (tested equal),
+at the cost of a hand-written step.
 
 ``vae-rws`` has no NumPyro counterpart (NumPyro has no reweighted wake-sleep) and is refused
 with a clear error.
@@ -75,10 +78,12 @@ class Method:
 
     @property
     def loss_kind(self) -> str:
-        """``"score-function"``, ``"enumerated-guide"``, ``"forward"`` (the Markov family's exact
-        −log p(y | x)) or ``"elbo"`` (a NumPyro ELBO object)."""
-        if self.spec.family_spec.markov:
-            return "forward"
+        """``"score-function"``, ``"enumerated-guide"``, ``"exact-marginal"`` (an alignment
+        enumerated in the model: −log p(y | x) from the model's emission table, the number
+        TraceEnum_ELBO computes, without its funsor contraction — and for the Markov family the
+        only way NumPyro gets it right) or ``"elbo"`` (a NumPyro ELBO object)."""
+        if self.spec.enumerate_model and self.spec.family_spec.enumerable:
+            return "exact-marginal"
         if self.spec.objective == "TraceGraph_ELBO":
             return "score-function"
         if self.spec.enumerate_guide:
