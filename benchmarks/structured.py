@@ -189,6 +189,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300, help="seconds a cell may take")
     ap.add_argument("--device", choices=["cpu", "cuda", "gpu"], default="cpu")
+    ap.add_argument("--max-gb", type=float, default=2.0,
+                    help="skip a parallel scan whose dense elements need more memory")
     ap.add_argument("--json", help="also write the cells here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
@@ -206,6 +208,11 @@ def main(argv=None) -> int:
         for n in sizes:
             row = {"backend": backend, "n": n}
             for impl in impls:
+                need = args.batch * n ** 3 * 4 / 2**30  # the scan's dense [B, T, S, S] elements
+                if impl == "parallel" and need > args.max_gb:
+                    row[impl] = f"not run: its [B, T, S, S] elements need {need:.1f} GB"
+                    print(f"[structured] {backend} T=S={n} {impl}: {row[impl]}", file=sys.stderr)
+                    continue
                 cmd = [sys.executable, __file__, "--child", "--impl", impl, "--backend", backend,
                        "--n", str(n), "--batch", str(args.batch), "--reps", str(args.reps),
                        "--device", args.device]

@@ -134,7 +134,8 @@ def test_generic_exact_members_equal_brute_force_on_a_users_model():
 def test_generic_exact_members_equal_the_built_in_models_own(method):
     """The generic path (the program enumerated under poutine.enum) gives the numbers the
     built-in Seq2SeqAlignment computes by hand — and where it cannot (a Markov chain's
-    sequential sites) it refuses rather than computing something else."""
+    sites, folded into one factor by the forward algorithm) it refuses rather than computing
+    something else, naming the member to implement."""
     from ppl_attention.models import Seq2SeqAlignment
 
     m, b = _tiny(Seq2SeqAlignment, method, hidden=8)
@@ -142,7 +143,7 @@ def test_generic_exact_members_equal_the_built_in_models_own(method):
     with torch.no_grad():
         own = m.exact_token_log_likelihood(b)
         if method == "hmm-exact":
-            with pytest.raises(base.MissingCapability, match="enumerates"):
+            with pytest.raises(base.MissingCapability, match="implement exact_token_log_likelihood"):
                 base._enumerated_joint(m, b)
             return
         joint, enumerated = base._enumerated_joint(m, b)
