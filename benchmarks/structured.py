@@ -39,7 +39,9 @@ def _inputs_torch(n, batch, device, dtype):
     g = torch.Generator().manual_seed(0)
     fam = MarkovCategorical(max_jump=3, max_back=0).to(device=device, dtype=dtype)
     scores = torch.randn(batch, n, n, generator=g, dtype=dtype).to(device).requires_grad_(True)
-    emis = torch.randn(batch, n, n, generator=g, dtype=dtype).to(device).requires_grad_(True)
+    # emissions are log-probabilities (≤ 0), as a model's log p(y_t | z_t = j) table is
+    emis = torch.randn(batch, n, n, generator=g, dtype=dtype).log_softmax(-1).to(device)
+    emis.requires_grad_(True)
     mask = torch.ones(batch, n, dtype=torch.bool, device=device)
     tmask = torch.ones(batch, n, dtype=torch.bool, device=device)
     return fam, scores, emis, mask, tmask
@@ -102,7 +104,7 @@ def _cell_jax(impl, n, batch, reps, device):
     fam = MarkovCategorical(max_jump=3, max_back=0)
     params = {"jump_logits": jnp.zeros(fam.width)}
     scores = jnp.asarray(rng.standard_normal((batch, n, n)), jnp.float32)
-    emis = jnp.asarray(rng.standard_normal((batch, n, n)), jnp.float32)
+    emis = jax.nn.log_softmax(jnp.asarray(rng.standard_normal((batch, n, n)), jnp.float32), -1)
     mask = jnp.ones((batch, n), bool)
     tmask = jnp.ones((batch, n), bool)
     if impl == "enumerated":
@@ -132,7 +134,7 @@ def _enumerated_jax(fam, params, scores, emis, mask, batch, n, reps):
     import numpyro
     import numpyro.distributions as dist
     from numpyro.contrib.control_flow import scan
-    from numpyro.contrib.funsor import config_enumerate, log_density
+    from numpyro.contrib.funsor import enum, log_density
 
     rows = jnp.arange(batch)
 
@@ -141,14 +143,19 @@ def _enumerated_jax(fam, params, scores, emis, mask, batch, n, reps):
             e_t, em_t = xs
             with numpyro.plate("batch", batch, dim=-1):
                 logp = fam.transition_log_probs(e_t, mask, prev, params)
-                z = numpyro.sample("z", dist.Categorical(logits=jnp.maximum(logp, -1e30)))
-                numpyro.factor("y", em_t[rows, z])
+                z = numpyro.sample("z", dist.Categorical(logits=jnp.maximum(logp, -1e30)),
+                                   infer={"enumerate": "parallel"})
+                # y_t as an observed Bernoulli with log p(1) = emissions[t, z] (≤ 0): NumPyro
+                # 0.22's scan cannot enumerate a factor (its dims stay unnamed)
+                lp = em_t[rows, z]
+                logit = lp - jnp.log1p(-jnp.exp(jnp.minimum(lp, -1e-6)))
+                numpyro.sample("y", dist.Bernoulli(logits=logit), obs=jnp.ones(batch))
             return z, None
 
         scan(step, jnp.full((batch,), -1), (jnp.swapaxes(scores, 0, 1), jnp.swapaxes(emis, 0, 1)))
 
-    enum = config_enumerate(model)
-    fn = jax.jit(lambda: log_density(enum, (), {}, {})[0])
+    enumerated = enum(model, first_available_dim=-2)  # below the batch plate
+    fn = jax.jit(lambda: log_density(enumerated, (), {}, {})[0])
     jax.block_until_ready(fn())
     times = []
     for _ in range(reps):

@@ -122,37 +122,43 @@ class MonotonicAlignment:
         return self.emissions.shape
 
     # --- the forward recursion ------------------------------------------------------------------
-    def _step(self, alpha, t, semiring="log"):
-        """log α_t (unnormalized) from α_{t−1}: banded, ``[B, S]``."""
-        B, S = alpha.shape
-        m, W = self.max_back, self.W
-        # candidates i = j − d + m for each d: α_{t−1}[i] + trans[t, i, d]
+    def _banded_steps(self):
+        """Per step t, the transition scores lined up with the candidates of each target j:
+        ``aligned[t][b, j, d] = trans[b, t, j − d + m, d]`` (FLOOR off the chain), ``[B, S, W]``;
+        and the emissions ``[B, S]``. Unbound once, so that the backward pass stacks the T
+        gradients once instead of scattering each step into a zero ``[B, T, S, W]`` buffer."""
+        S, m, W = self.shape[2], self.max_back, self.W
+        tr = torch.nn.functional.pad(self.trans, (0, 0, W - 1 - m, m), value=FLOOR)
+        aligned = torch.stack([tr[:, :, W - 1 - d:W - 1 - d + S, d] for d in range(W)], -1)
+        return aligned.unbind(1), self.emissions.unbind(1)
+
+    def _step(self, alpha, aligned_t, emis_t, semiring="log"):
+        """log α_t (unnormalized) from α_{t−1}: banded, ``[B, S]``. The candidates of target j
+        are α_{t−1}[i] + trans[t, i, d] for i = j − d + m, d ∈ {0 … W−1}."""
+        S, m, W = alpha.shape[-1], self.max_back, self.W
         padded = torch.nn.functional.pad(alpha, (W - 1 - m, m), value=FLOOR)  # index i + W−1−m
-        tr = torch.nn.functional.pad(self.trans[:, t], (0, 0, W - 1 - m, m), value=FLOOR)
-        cands = []
-        for d in range(W):
-            lo = W - 1 - d  # i = j − d + m  ⇒  position j + (W − 1 − d) in the padded arrays
-            cands.append(padded[:, lo:lo + S] + tr[:, lo:lo + S, d])
-        cands = torch.stack(cands, -1)  # [B, S(j), W]
+        # padded[:, k:k + S] for k = W−1−d: unfold gives k = 0 … W−1, flipped to d = 0 … W−1
+        cands = padded.unfold(-1, S, 1).flip(-2).transpose(-1, -2) + aligned_t  # [B, S(j), W]
         if semiring == "log":
-            return cands.logsumexp(-1) + self.emissions[:, t], None
+            return cands.logsumexp(-1) + emis_t, None
         best, arg = cands.max(-1)
-        return best + self.emissions[:, t], arg
+        return best + emis_t, arg
 
     def _forward_sequential(self):
         """Normalized filters log p(z_t | x, y≤t) ``[B, T, S]``, log p(y_t | x, y<t) ``[B, T]``."""
         B, T, S = self.shape
-        joint = self.init + self.emissions[:, 0]
+        aligned, emis = self._banded_steps()
+        keeps = self.mask.unbind(1)
+        joint = self.init + emis[0]
         ll0 = joint.logsumexp(-1)
         alpha = joint - ll0[:, None]
-        lls = [torch.where(self.mask[:, 0], ll0, torch.zeros_like(ll0))]  # a padded row: 0
+        lls = [torch.where(keeps[0], ll0, torch.zeros_like(ll0))]  # a padded row: 0
         filters = [alpha]
         for t in range(1, T):
-            joint, _ = self._step(alpha, t)
+            joint, _ = self._step(alpha, aligned[t], emis[t])
             ll = joint.logsumexp(-1)
-            keep = self.mask[:, t]
-            alpha = torch.where(keep[:, None], joint - ll[:, None], alpha)
-            lls.append(torch.where(keep, ll, torch.zeros_like(ll)))
+            alpha = torch.where(keeps[t][:, None], joint - ll[:, None], alpha)
+            lls.append(torch.where(keeps[t], ll, torch.zeros_like(ll)))
             filters.append(alpha)
         return torch.stack(filters, 1), torch.stack(lls, 1)
 
@@ -225,10 +231,11 @@ class MonotonicAlignment:
             return self._viterbi_parallel()
         B, T, S = self.shape
         m = self.max_back
-        score = self.init + self.emissions[:, 0]
+        aligned, emis = self._banded_steps()
+        score = self.init + emis[0]
         backs = []
         for t in range(1, T):
-            new, arg = self._step(score, t, semiring="max")
+            new, arg = self._step(score, aligned[t], emis[t], semiring="max")
             keep = self.mask[:, t]
             j = torch.arange(S, device=score.device)
             prev = (j - arg + m).clamp(0, S - 1)  # the best i for each j
