@@ -15,6 +15,8 @@ a cell that does not finish in it, or runs out of memory, says so. Ratios are to
 enumerated formulation in the same run.
 
     python benchmarks/structured.py --reps 3 --device cpu
+    python benchmarks/structured.py --sizes 32,64,128,256 --src 16 --impls banded,parallel
+                                   # long chains over few states: where the scan pays off
 """
 
 from __future__ import annotations
@@ -31,30 +33,31 @@ SIZES = (8, 32, 128, 512)
 IMPLS = ("enumerated", "dense", "banded", "parallel")
 
 
-def _inputs_torch(n, batch, device, dtype):
+def _inputs_torch(n, batch, device, dtype, S=None):
     import torch
 
     from ppl_attention.families import MarkovCategorical
 
+    S = S or n
     g = torch.Generator().manual_seed(0)
     fam = MarkovCategorical(max_jump=3, max_back=0).to(device=device, dtype=dtype)
-    scores = torch.randn(batch, n, n, generator=g, dtype=dtype).to(device).requires_grad_(True)
+    scores = torch.randn(batch, n, S, generator=g, dtype=dtype).to(device).requires_grad_(True)
     # emissions are log-probabilities (≤ 0), as a model's log p(y_t | z_t = j) table is
-    emis = torch.randn(batch, n, n, generator=g, dtype=dtype).log_softmax(-1).to(device)
+    emis = torch.randn(batch, n, S, generator=g, dtype=dtype).log_softmax(-1).to(device)
     emis.requires_grad_(True)
-    mask = torch.ones(batch, n, dtype=torch.bool, device=device)
+    mask = torch.ones(batch, S, dtype=torch.bool, device=device)
     tmask = torch.ones(batch, n, dtype=torch.bool, device=device)
     return fam, scores, emis, mask, tmask
 
 
-def _cell_torch(impl, n, batch, reps, device):
+def _cell_torch(impl, n, batch, reps, device, S=None):
     import pyro
     import pyro.distributions as dist
     import torch
     from pyro.infer import TraceEnum_ELBO
 
     dtype = torch.float32
-    fam, scores, emis, mask, tmask = _inputs_torch(n, batch, device, dtype)
+    fam, scores, emis, mask, tmask = _inputs_torch(n, batch, device, dtype, S)
 
     def loss():
         if impl == "dense":
@@ -93,19 +96,20 @@ def _cell_torch(impl, n, batch, reps, device):
     return 1000 * sorted(times)[len(times) // 2]
 
 
-def _cell_jax(impl, n, batch, reps, device):
+def _cell_jax(impl, n, batch, reps, device, S=None):
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from ppl_attention.numpyro.families import MarkovCategorical
 
+    S = S or n
     rng = np.random.default_rng(0)
     fam = MarkovCategorical(max_jump=3, max_back=0)
     params = {"jump_logits": jnp.zeros(fam.width)}
-    scores = jnp.asarray(rng.standard_normal((batch, n, n)), jnp.float32)
-    emis = jax.nn.log_softmax(jnp.asarray(rng.standard_normal((batch, n, n)), jnp.float32), -1)
-    mask = jnp.ones((batch, n), bool)
+    scores = jnp.asarray(rng.standard_normal((batch, n, S)), jnp.float32)
+    emis = jax.nn.log_softmax(jnp.asarray(rng.standard_normal((batch, n, S)), jnp.float32), -1)
+    mask = jnp.ones((batch, S), bool)
     tmask = jnp.ones((batch, n), bool)
     if impl == "enumerated":
         return _enumerated_jax(fam, params, scores, emis, mask, batch, n, reps)
@@ -173,7 +177,7 @@ def _child(args) -> None:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     device = "cuda" if args.device in ("cuda", "gpu") else "cpu"
     fn = _cell_torch if args.backend == "pyro" else _cell_jax
-    ms = fn(args.impl, args.n, args.batch, args.reps, device)
+    ms = fn(args.impl, args.n, args.batch, args.reps, device, args.src)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"ms": ms, "rss_mb": rss}))
 
@@ -193,6 +197,7 @@ def main(argv=None) -> int:
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--backends", default="pyro,numpyro")
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--src", type=int, help="source length S for every row (default: S = T)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300, help="seconds a cell may take")
     ap.add_argument("--device", choices=["cpu", "cuda", "gpu"], default="cpu")
@@ -213,16 +218,17 @@ def main(argv=None) -> int:
     for backend in args.backends.split(","):
         base = _baseline_rss(backend)
         for n in sizes:
-            row = {"backend": backend, "n": n}
+            S = args.src or n
+            row = {"backend": backend, "n": n, "S": S}
             for impl in impls:
-                need = args.batch * n ** 3 * 4 / 2**30  # the scan's dense [B, T, S, S] elements
+                need = args.batch * n * S ** 2 * 4 / 2**30  # the scan's dense [B, T, S, S] elements
                 if impl == "parallel" and need > args.max_gb:
                     row[impl] = f"not run: its [B, T, S, S] elements need {need:.1f} GB"
-                    print(f"[structured] {backend} T=S={n} {impl}: {row[impl]}", file=sys.stderr)
+                    print(f"[structured] {backend} T={n} S={S} {impl}: {row[impl]}", file=sys.stderr)
                     continue
                 cmd = [sys.executable, __file__, "--child", "--impl", impl, "--backend", backend,
                        "--n", str(n), "--batch", str(args.batch), "--reps", str(args.reps),
-                       "--device", args.device]
+                       "--device", args.device] + (["--src", str(S)] if args.src else [])
                 try:
                     res = subprocess.run(cmd, capture_output=True, text=True,
                                          timeout=args.timeout)
@@ -231,27 +237,28 @@ def main(argv=None) -> int:
                         row[impl] = (out["ms"], out["rss_mb"] - base)
                     else:
                         err = res.stderr.strip().splitlines()
-                        killed = res.returncode in (-9, 137) or "MemoryError" in res.stderr
+                        killed = (res.returncode in (-9, 137) or "MemoryError" in res.stderr
+                                  or "RESOURCE_EXHAUSTED" in res.stderr)
                         row[impl] = "out of memory" if killed else \
                             f"failed: {err[-1][:80] if err else res.returncode}"
                 except subprocess.TimeoutExpired:
                     row[impl] = f"> {args.timeout:.0f} s"
-                print(f"[structured] {backend} T=S={n} {impl}: {row[impl]}", file=sys.stderr,
+                print(f"[structured] {backend} T={n} S={S} {impl}: {row[impl]}", file=sys.stderr,
                       flush=True)
             cells.append(row)
-    print(f"\nbatch {args.batch}, T = S, loss + gradient ms per step (median of {args.reps}; "
+    print(f"\nbatch {args.batch}, {'S = ' + str(args.src) if args.src else 'T = S'}, loss + gradient ms per step (median of {args.reps}; "
           f"NumPyro jitted, compile excluded; the NumPyro enumerated cell is the log density "
           f"alone), peak memory above an idle process in MB; device {args.device}\n")
     head = " | ".join(f"{i} ms (MB)" for i in impls)
-    print(f"| backend | T = S | {head} | enumerated / banded |")
-    print("|---|---|" + "---|" * len(impls) + "---|")
+    print(f"| backend | T | S | {head} | enumerated / banded |")
+    print("|---|---|---|" + "---|" * len(impls) + "---|")
     for row in cells:
         def fmt(v):
             return f"{v[0]:.1f} ({v[1]:.0f})" if isinstance(v, tuple) else v
 
         e, b = row.get("enumerated"), row.get("banded")
         ratio = f"{e[0] / b[0]:.1f}×" if isinstance(e, tuple) and isinstance(b, tuple) else "—"
-        print(f"| {row['backend']} | {row['n']} | " + " | ".join(fmt(row.get(i, "—"))
+        print(f"| {row['backend']} | {row['n']} | {row['S']} | " + " | ".join(fmt(row.get(i, "—"))
                                                                for i in impls) + f" | {ratio} |")
     if args.json:
         with open(args.json, "w") as f:

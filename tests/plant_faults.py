@@ -1,6 +1,7 @@
-"""Plant one fault per property of the verification matrix, run the cells that should catch
-it, report, and restore the file: ``python tests/plant_faults.py [a b …]``. What it printed is
-in the docstring of tests/test_matrix.py."""
+"""Plant one fault per property of the verification matrix (a–g) and per property of the
+monotonic chain (m1–m5), run the tests that should catch it, report, and restore the file:
+``python tests/plant_faults.py [a b … m1 …]``. What it printed is in the docstrings of
+tests/test_matrix.py and tests/test_monotonic.py."""
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,26 @@ FAULTS = [
   "    return torch.where(mask, scores, torch.full_like(scores, -torch.inf)).softmax(-1)\n",
   "    return scores.softmax(-1)\n",
   "test_g_padding and soft-pyro"),
+ # the monotonic chain (tests/test_monotonic.py): recursion, Viterbi, FFBS, both backends
+ ("m1", "ppl_attention/structured.py",
+  "cands = padded.unfold(-1, S, 1).flip(-2).transpose(-1, -2) + aligned_t",
+  "cands = padded.unfold(-1, S, 1).transpose(-1, -2) + aligned_t",
+  "tests/test_monotonic.py::test_torch_chain_equals_brute_force"),
+ ("m2", "ppl_attention/structured.py",
+  "            prev = (j - arg + m).clamp(0, S - 1)  # the best i for each j",
+  "            prev = (j - arg).clamp(0, S - 1)",
+  "tests/test_monotonic.py::test_torch_chain_equals_brute_force"),
+ ("m3", "ppl_attention/structured.py",
+  "                logits = torch.where(inner, logits + tr, logits)\n", "",
+  "tests/test_monotonic.py::test_torch_chain_equals_brute_force"),
+ ("m4", "ppl_attention/numpyro/structured.py",
+  "        ll = jnp.concatenate([log_z[:, :1], log_z[:, 1:] - log_z[:, :-1]], 1)",
+  "        ll = jnp.concatenate([log_z[:, :1], log_z[:, 1:] - log_z[:, :-1] + 1e-7], 1)",
+  "tests/test_monotonic.py::test_jax_chain_equals_brute_force"),
+ ("m5", "ppl_attention/numpyro/structured.py",
+  "            logits = jnp.where(inner, f_t + jnp.where(ok, tr, FLOOR), f_t)",
+  "            logits = jnp.where(inner, f_t + jnp.where(ok, 0.0, FLOOR), f_t)",
+  "tests/test_monotonic.py::test_jax_chain_equals_brute_force"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:
@@ -41,8 +62,9 @@ for prop, path, old, new, sel in FAULTS:
     assert text.count(old) == 1, (prop, old)
     open(full, "w").write(text.replace(old, new))
     try:
+        target = [sel] if sel.startswith("tests/") else ["tests/test_matrix.py", "-k", sel]
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p",
-                              "no:warnings", "tests/test_matrix.py", "-k", sel, "--tb=line"],
+                              "no:warnings", *target, "--tb=line"],
                              cwd=ROOT, capture_output=True, text=True)
         tail = [l for l in res.stdout.splitlines() if "passed" in l or "failed" in l][-1:]
         print(prop, path, "→", "CAUGHT" if res.returncode else "NOT CAUGHT", tail, flush=True)
