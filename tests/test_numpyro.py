@@ -291,3 +291,39 @@ def test_every_score_same_weights_same_values_and_projected_keys_agree(name):
     if name == "scaled-dot":  # scaled once, not twice
         np.testing.assert_allclose(want.numpy(), (q @ k.transpose(-1, -2) / math.sqrt(8)).numpy(),
                                    rtol=1e-6)
+
+
+def test_bucketed_training_compiles_once_per_bucket_shape_and_padding_changes_no_number():
+    """NumPyro pads every batch to bucket lengths (ppl_attention.numpyro.batching.BUCKETS), so a
+    corpus of many length pairs compiles once per bucket shape — counted in the run's metrics —
+    and the padding changes no number: the exact log-likelihood of a batch padded to its bucket
+    equals the unpadded one (the Markov chain and the enumerated alignment alike). Planted
+    faults caught: ``bucket`` returning the length itself (a compile per length pair), and the
+    Markov chain's padded steps left unmasked (the padded likelihood differs)."""
+    from ppl_attention.numpyro.batching import bucket
+    from ppl_attention.numpyro.inference.fit import fit
+
+    task = make_task("reorder", n_train=48, n_eval=6, seed=3, min_len=13, max_len=16)
+    sv = Vocab.build(s for s, _ in task.train.pairs)
+    tv = Vocab.build(t for _, t in task.train.pairs)
+    batches = make_batches(task.train.pairs, sv, tv, 6)
+    exact = {(b.src.shape[1], b.tgt_out.shape[1]) for b in batches}
+    buckets = {(bucket(s), bucket(t)) for s, t in exact}
+    assert len(buckets) < len(exact)  # the test needs lengths that share buckets
+    for method in ("hmm-exact", "exact"):
+        torch.manual_seed(0)
+        tm = TorchModel(len(sv), len(tv), hidden=8, family=get_method(method).family(8))
+        jm, params = JaxModel.from_torch(tm)
+        for b in batches[:2]:
+            plain = jm.exact_token_log_likelihood(params, to_jax(b))
+            padded = jm.exact_token_log_likelihood(params, to_jax(b, 6, "bucket"))
+            assert padded.shape[1] == bucket(b.tgt_out.shape[1])
+            padded, plain = np.asarray(padded), np.asarray(plain)
+            np.testing.assert_allclose(padded[: b.size, : plain.shape[1]], plain, rtol=1e-5,
+                                       atol=1e-5)
+            assert np.all(padded[:, plain.shape[1]:] == 0) and np.all(padded[b.size:] == 0)
+    run = fit(tm, batches, "exact", steps=len(batches), src_vocab=sv, tgt_vocab=tv,
+              progress=False)
+    assert run.extra["shapes"] == len(buckets)
+    assert run.extra["compilations"] == len(buckets)  # one per bucket shape, not per batch
+    assert run.extra["compile_seconds"] > 0

@@ -57,23 +57,17 @@ def init_linear(key, name: str, d_in: int, d_out: int, bias: bool = True) -> Par
     return p
 
 
-def lstm_cell(params: Params, suffix: str, x, state, prefix: str = ""):
-    """One torch LSTM(Cell) step; gates i, f, g, o. ``prefix`` e.g. ``"decoder."``, ``suffix``
-    e.g. ``"_l0"`` (nn.LSTM) or ``""`` (nn.LSTMCell)."""
-    h, c = state
-    gates = (x @ params[f"{prefix}weight_ih{suffix}"].T + params[f"{prefix}bias_ih{suffix}"]
-             + h @ params[f"{prefix}weight_hh{suffix}"].T + params[f"{prefix}bias_hh{suffix}"])
-    i, f, g, o = jnp.split(gates, 4, axis=-1)
-    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    h = jax.nn.sigmoid(o) * jnp.tanh(c)
-    return h, c
+def lstm_update(gi, gh, state):
+    """The LSTM update from its gate pre-activations: input part ``gi = W_ih x + b_ih`` and
+    recurrent part ``gh = W_hh h + b_hh`` (``[..., 4h]``, torch's gate order i, f, g, o)."""
+    i, f, g, o = jnp.split(gi + gh, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * state[1] + jax.nn.sigmoid(i) * jnp.tanh(g)
+    return jax.nn.sigmoid(o) * jnp.tanh(c), c
 
 
-def gru_cell(params: Params, suffix: str, x, h, prefix: str = ""):
-    """One torch GRU(Cell) step; gates r, z, n:  n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn)),
-    h' = (1 − z) ⊙ n + z ⊙ h."""
-    gi = x @ params[f"{prefix}weight_ih{suffix}"].T + params[f"{prefix}bias_ih{suffix}"]
-    gh = h @ params[f"{prefix}weight_hh{suffix}"].T + params[f"{prefix}bias_hh{suffix}"]
+def gru_update(gi, gh, h):
+    """The GRU update (torch's gates r, z, n) from ``gi = W_ih x + b_ih``, ``gh = W_hh h + b_hh``
+    ``[..., 3h]``:  n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn)), h' = (1 − z) ⊙ n + z ⊙ h."""
     ir, iz, in_ = jnp.split(gi, 3, axis=-1)
     hr, hz, hn = jnp.split(gh, 3, axis=-1)
     r, z = jax.nn.sigmoid(ir + hr), jax.nn.sigmoid(iz + hz)
@@ -81,26 +75,52 @@ def gru_cell(params: Params, suffix: str, x, h, prefix: str = ""):
     return (1.0 - z) * n + z * h
 
 
-def _run(params, prefix, suffix, xs, mask, cell: str = "lstm"):
-    """Scan an LSTM (or GRU) over ``xs [B, L, d]`` from a zero state; the state is held where
-    ``mask`` is False (padding after a sequence's end), outputs there are 0."""
-    B = xs.shape[0]
-    hidden = params[f"{prefix}weight_hh{suffix}"].shape[1]
-    zeros = jnp.zeros((B, hidden), xs.dtype)
+def gates(params: Params, kind: str, suffix: str, v, prefix: str = ""):
+    """``W_{kind} v + b_{kind}`` of a torch LSTM/GRU (``kind`` "ih" or "hh")."""
+    return v @ params[f"{prefix}weight_{kind}{suffix}"].T + params[f"{prefix}bias_{kind}{suffix}"]
+
+
+def lstm_cell(params: Params, suffix: str, x, state, prefix: str = ""):
+    """One torch LSTM(Cell) step. ``prefix`` e.g. ``"decoder."``, ``suffix`` e.g. ``"_l0"``
+    (nn.LSTM) or ``""`` (nn.LSTMCell)."""
+    return lstm_update(gates(params, "ih", suffix, x, prefix),
+                       gates(params, "hh", suffix, state[0], prefix), state)
+
+
+def gru_cell(params: Params, suffix: str, x, h, prefix: str = ""):
+    """One torch GRU(Cell) step."""
+    return gru_update(gates(params, "ih", suffix, x, prefix),
+                      gates(params, "hh", suffix, h, prefix), h)
+
+
+def _run_directions(params, prefix, suffixes, xs, mask, cell: str = "lstm"):
+    """Scan D LSTMs (or GRUs) — one per ``suffixes`` entry, with its own input ``xs[d]`` — in
+    one ``lax.scan`` from a zero state: ``xs [D, B, L, d]``, ``mask [B, L]`` → ``[D, B, L, h]``.
+    The input projections W_ih x_t of every step are one matmul before the scan; each step
+    does the D recurrent products as one batched matmul. The state is held where ``mask`` is
+    False (padding after a sequence's end), outputs there are 0."""
+    D, B = xs.shape[:2]
+    W_hh = jnp.stack([params[f"{prefix}weight_hh{s}"] for s in suffixes])  # [D, G·h, h]
+    b_hh = jnp.stack([params[f"{prefix}bias_hh{s}"] for s in suffixes])[:, None]  # [D, 1, G·h]
+    gi = jnp.stack([gates(params, "ih", s, xs[d], prefix) for d, s in enumerate(suffixes)])
+    hidden = W_hh.shape[-1]
+    zeros = jnp.zeros((D, B, hidden), xs.dtype)
 
     def step(state, inp):
-        x, m = inp
-        m = m[:, None]
+        gi_t, m = inp
+        m = m[None, :, None]
+        h = state if cell == "gru" else state[0]
+        gh = jnp.einsum("dbh,dgh->dbg", h, W_hh) + b_hh
         if cell == "gru":
-            h = gru_cell(params, suffix, x, state, prefix)
+            h = gru_update(gi_t, gh, state)
             return jnp.where(m, h, state), jnp.where(m, h, 0.0)
-        h, c = lstm_cell(params, suffix, x, state, prefix)
+        h, c = lstm_update(gi_t, gh, state)
         state = (jnp.where(m, h, state[0]), jnp.where(m, c, state[1]))
         return state, jnp.where(m, h, 0.0)
 
     init = zeros if cell == "gru" else (zeros, zeros)
-    _, out = jax.lax.scan(step, init, (jnp.swapaxes(xs, 0, 1), mask.T))
-    return jnp.swapaxes(out, 0, 1)
+    _, out = jax.lax.scan(step, init, (jnp.moveaxis(gi, 2, 0), mask.T))  # over L
+    return jnp.moveaxis(out, 0, 2)
 
 
 def bilstm(params: Params, prefix: str, xs: jnp.ndarray, mask: jnp.ndarray,
@@ -109,15 +129,16 @@ def bilstm(params: Params, prefix: str, xs: jnp.ndarray, mask: jnp.ndarray,
     layers (layer k reads layer k−1's ``[fwd; bwd]``; torch's inter-layer dropout is a training
     device the mirror does not have) over packed sequences: ``xs [B, L, d]``, ``mask [B, L]`` (a
     prefix of True per row) → ``[B, L, 2·h]``, 0 on padding. The backward direction starts at
-    each row's last real token, as ``pack_padded_sequence`` makes it."""
+    each row's last real token, as ``pack_padded_sequence`` makes it; both directions run in
+    one scan."""
     lengths = mask.sum(-1)
     L = xs.shape[1]
     pos = jnp.arange(L)[None, :]
     rev = jnp.where(pos < lengths[:, None], lengths[:, None] - 1 - pos, pos)  # reverse in-length
     for k in range(layers):
-        fwd = _run(params, prefix + ".", f"_l{k}", xs, mask, cell)
         xs_rev = jnp.take_along_axis(xs, rev[..., None], axis=1)
-        bwd = _run(params, prefix + ".", f"_l{k}_reverse", xs_rev, mask, cell)
+        fwd, bwd = _run_directions(params, prefix + ".", (f"_l{k}", f"_l{k}_reverse"),
+                                   jnp.stack([xs, xs_rev]), mask, cell)
         bwd = jnp.take_along_axis(bwd, rev[..., None], axis=1)
         xs = jnp.concatenate([fwd, bwd], -1)
     return xs

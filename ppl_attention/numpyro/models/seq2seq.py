@@ -20,7 +20,7 @@ from numpyro import handlers
 from ...errors import UserError
 from ..attend import attend
 from ..families import Categorical, Family, GaussianContext, from_torch_family, masked_softmax
-from ..nn import Params, bilstm, from_torch, init_linear, linear, lstm_cell, sub
+from ..nn import Params, bilstm, from_torch, gates, init_linear, linear, lstm_update, sub
 from ..scores import BilinearScore, make_score
 
 __all__ = ["Seq2SeqAlignment", "SITE"]
@@ -117,14 +117,21 @@ class Seq2SeqAlignment:
         zeros = jnp.zeros((B, self.hidden), H.dtype)
         keys = self.score.project_keys(score_p, H)
 
-        def step(carry, x):
+        # the LSTM reads [y_{t−1} embedding; c̄_{t−1}]: the embedding's part of W_ih for every
+        # step is one matmul before the scan
+        W_ih = params["decoder.weight_ih"]
+        E = emb.shape[-1]
+        g_emb = emb @ W_ih[:, :E].T + params["decoder.bias_ih"]  # [B, T, 4h]
+
+        def step(carry, g_t):
             h, c, ctx = carry
-            h, c = lstm_cell(params, "", jnp.concatenate([x, ctx], -1), (h, c), "decoder.")
+            h, c = lstm_update(g_t + ctx @ W_ih[:, E:].T,
+                               gates(params, "hh", "", h, "decoder."), (h, c))
             e = self.score.from_projected(score_p, h[:, None], keys)[:, 0]
             ctx = (self.family.deterministic_weights(e, src_mask, fam)[:, None] @ H)[:, 0]
             return (h, c, ctx), (h, e, ctx)
 
-        _, (hs, es, cs) = jax.lax.scan(step, (zeros, zeros, zeros), jnp.swapaxes(emb, 0, 1))
+        _, (hs, es, cs) = jax.lax.scan(step, (zeros, zeros, zeros), jnp.swapaxes(g_emb, 0, 1))
         return tuple(jnp.swapaxes(a, 0, 1) for a in (hs, es, cs))
 
     def emission_logits(self, params: Params, h, v):
