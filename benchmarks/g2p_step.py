@@ -7,7 +7,8 @@ the ppl_attention that Python imports — to compare two commits, run it under e
 
 Prints the median and mean over the timed batches; for NumPyro (the jitted SVI step of
 ``ppl_attention.numpyro.inference.fit`` on batches padded to its bucket lengths) also how many
-shapes it compiled and the seconds that took (steps that compiled are not in the timings).
+shapes it compiled and the seconds that took (in a warm-up pass over every batch, not timed).
+``--backend both`` times the two backends batch by batch, interleaved, and prints the ratio.
 Quote ratios between runs made one after the other on the same machine, not absolute times.
 """
 
@@ -48,31 +49,49 @@ def main(argv=None):
     model = Seq2SeqAlignment(len(sv), len(tv), hidden=args.hidden, dropout=args.dropout,
                              family=method.family(args.hidden),
                              encoder_layers=args.encoder_layers)
+    steps = {}
     if args.backend in ("numpyro", "both"):
-        _numpyro(model, args, batches)
-    if args.backend == "numpyro":
-        return
+        steps["NumPyro"] = _numpyro_step(model, args, batches)
+    if args.backend in ("pyro", "both"):  # after the twin copied the initial weights
+        steps["Pyro"] = _pyro_step(model, method)
+    for name, step in steps.items():  # warm-up; NumPyro compiles every padded shape here
+        for i, b in enumerate(batches):
+            if name == "Pyro" and i >= 5:
+                break
+            step(i, b)
+    ms = {name: [] for name in steps}
+    for i, b in enumerate(batches[5:], start=5):  # interleaved: drift hits both alike
+        for name, step in steps.items():
+            t = time.perf_counter()
+            step(i, b)
+            ms[name].append(1000 * (time.perf_counter() - t))
+    desc = (f"{args.method}, hidden {args.hidden}, {args.encoder_layers}-layer encoder, batch "
+            f"{args.batch_size}, {len(batches) - 5} G2P batches")
+    for name, times in ms.items():
+        extra = (f"; dropout {args.dropout}, {torch.get_num_threads()} threads" if name == "Pyro"
+                 else f"; {steps[name].compilations()} compilations in "
+                      f"{steps[name].compile_s:.1f} s (warm-up, not timed)")
+        print(f"{name} {desc}: median {statistics.median(times):.1f} ms/step, mean "
+              f"{statistics.mean(times):.1f}{extra}")
+    if len(ms) == 2:
+        ratios = [n / p for n, p in zip(ms["NumPyro"], ms["Pyro"])]
+        print(f"NumPyro / Pyro, batch by batch: median {statistics.median(ratios):.2f}, "
+              f"ratio of means {statistics.mean(ms['NumPyro']) / statistics.mean(ms['Pyro']):.2f}")
+
+
+def _pyro_step(model, method):
     elbo, opt = method.elbo(), torch.optim.Adam(model.parameters(), 1e-3)
 
-    def step(batch):
+    def step(i, batch):
         opt.zero_grad()
         differentiable_loss(method, elbo, model, batch, 0)[1].backward()
         opt.step()
-
-    for b in batches[:5]:
-        step(b)
-    ms = []
-    for b in batches[5:]:
-        t = time.perf_counter()
-        step(b)
-        ms.append(1000 * (time.perf_counter() - t))
-    median, mean = statistics.median(ms), statistics.mean(ms)
-    print(f"Pyro {args.method}, hidden {args.hidden}, {args.encoder_layers}-layer encoder, batch "
-          f"{args.batch_size}, dropout {args.dropout}, {torch.get_num_threads()} threads: median "
-          f"{median:.1f} ms/step, mean {mean:.1f} over {len(ms)} G2P batches")
+    return step
 
 
-def _numpyro(model, args, batches):
+def _numpyro_step(model, args, batches):
+    """The jitted SVI step of ``ppl_attention.numpyro.inference.fit`` on batches padded to its
+    bucket lengths; ``step.compile_s`` adds up the calls that compiled."""
     import jax
 
     from ppl_attention.numpyro.batching import to_jax
@@ -82,26 +101,22 @@ def _numpyro(model, args, batches):
     jm, params = twin_of(model, training=True)
     rows = max(b.size for b in batches)
     jb = [to_jax(b, rows, MULTIPLE) for b in batches]
-    step = make_step(jm, args.method, 5.0)
-    opt = adam_init(params)
+    fn = make_step(jm, args.method, 5.0)
+    state = {"params": params, "opt": adam_init(params)}
     key = jax.random.PRNGKey(0)
-    ms, compile_s = [], 0.0
-    for i, (b, j) in enumerate(zip(batches, jb)):
-        before = step._cache_size()
+
+    def step(i, batch):
+        before = fn._cache_size()
         t = time.perf_counter()
-        params, opt, loss = step(params, opt, jax.random.fold_in(key, i), j, float(b.n_tokens),
-                                 1e-3, 1.0)
+        state["params"], state["opt"], loss = fn(state["params"], state["opt"],
+                                                 jax.random.fold_in(key, i), jb[i],
+                                                 float(batch.n_tokens), 1e-3, 1.0)
         jax.block_until_ready(loss)
-        dt = time.perf_counter() - t
-        if step._cache_size() > before:
-            compile_s += dt
-        elif i >= 5:
-            ms.append(1000 * dt)
-    shapes = len({(j.src.shape, j.tgt_out.shape) for j in jb})
-    print(f"NumPyro {args.method}, hidden {args.hidden}, {args.encoder_layers}-layer encoder, "
-          f"batch {args.batch_size}: median {statistics.median(ms):.1f} ms/step, mean "
-          f"{statistics.mean(ms):.1f} over {len(ms)} batches; {step._cache_size()} "
-          f"compilations ({shapes} padded shapes) in {compile_s:.1f} s")
+        if fn._cache_size() > before:
+            step.compile_s += time.perf_counter() - t
+    step.compile_s = 0.0
+    step.compilations = fn._cache_size
+    return step
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ Two ways to compute them, equal to float precision (tested against each other an
   O(T·S³) work (the algorithm of ``jax.lax.associative_scan``) — for an accelerator, where depth
   rather than work is the cost.
 
-``"auto"`` takes the parallel scan only where it is expected to be faster: long chains of few
-states (T ≥ 64 and S ≤ 16) on a CPU; long chains of up to 128 states on a GPU.
+``"auto"`` takes the banded recursion on a CPU — measured faster there at every size, long chains
+of few states included (``benchmarks/structured.py``; docs/results.md) — and the parallel scan
+on a GPU for T ≥ 64 and S ≤ 128 (a choice no GPU measurement has confirmed yet).
 
 Exact posterior marginals are ∂ log p(y | x) / ∂ emissions; the Viterbi path the argmax of the
 max-plus semiring (with back-pointers, or on the parallel path as ∂ of the max-plus score); exact
@@ -115,7 +116,7 @@ class MonotonicAlignment:
         """The path expected to be faster (see the module docstring)."""
         if torch.device(device).type == "cuda":
             return "parallel" if T >= 64 and S <= 128 else "sequential"
-        return "parallel" if T >= 64 and S <= 16 else "sequential"
+        return "sequential"
 
     @property
     def shape(self):
