@@ -224,7 +224,8 @@ def main(argv=None) -> int:
                 need = args.batch * n * S ** 2 * 4 / 2**30  # the scan's dense [B, T, S, S] elements
                 if impl == "parallel" and need > args.max_gb:
                     row[impl] = f"not run: its [B, T, S, S] elements need {need:.1f} GB"
-                    print(f"[structured] {backend} T={n} S={S} {impl}: {row[impl]}", file=sys.stderr)
+                    print(f"[structured] {backend} T={n} S={S} {impl}: {row[impl]}",
+                          file=sys.stderr)
                     continue
                 cmd = [sys.executable, __file__, "--child", "--impl", impl, "--backend", backend,
                        "--n", str(n), "--batch", str(args.batch), "--reps", str(args.reps),
@@ -246,7 +247,8 @@ def main(argv=None) -> int:
                 print(f"[structured] {backend} T={n} S={S} {impl}: {row[impl]}", file=sys.stderr,
                       flush=True)
             cells.append(row)
-    print(f"\nbatch {args.batch}, {'S = ' + str(args.src) if args.src else 'T = S'}, loss + gradient ms per step (median of {args.reps}; "
+    shape = f"S = {args.src}" if args.src else "T = S"
+    print(f"\nbatch {args.batch}, {shape}, loss + gradient ms per step (median of {args.reps}; "
           f"NumPyro jitted, compile excluded; the NumPyro enumerated cell is the log density "
           f"alone), peak memory above an idle process in MB; device {args.device}\n")
     head = " | ".join(f"{i} ms (MB)" for i in impls)

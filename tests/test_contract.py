@@ -143,7 +143,8 @@ def test_generic_exact_members_equal_the_built_in_models_own(method):
     with torch.no_grad():
         own = m.exact_token_log_likelihood(b)
         if method == "hmm-exact":
-            with pytest.raises(base.MissingCapability, match="implement exact_token_log_likelihood"):
+            with pytest.raises(base.MissingCapability,
+                               match="implement exact_token_log_likelihood"):
                 base._enumerated_joint(m, b)
             return
         joint, enumerated = base._enumerated_joint(m, b)
