@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import torch
 
+from .core.chain_paths import choose_path
 from .errors import UserError
 
 __all__ = ["MonotonicAlignment", "FLOOR", "logmatmulexp", "associative_scan"]
@@ -114,9 +115,7 @@ class MonotonicAlignment:
     @staticmethod
     def choose(T: int, S: int, device) -> str:
         """The path expected to be faster (see the module docstring)."""
-        if torch.device(device).type == "cuda":
-            return "parallel" if T >= 64 and S <= 128 else "sequential"
-        return "sequential"
+        return choose_path(T, S, accelerator=torch.device(device).type == "cuda")
 
     @property
     def shape(self):

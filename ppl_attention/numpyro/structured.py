@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.chain_paths import choose_path
 from ..errors import UserError
 
 __all__ = ["MonotonicAlignment", "FLOOR", "logmatmulexp", "maxmatmul"]
@@ -53,10 +54,7 @@ class MonotonicAlignment:
     @staticmethod
     def choose(T: int, S: int) -> str:
         """The path expected to be faster on the default JAX device."""
-        gpu = jax.default_backend() in ("gpu", "cuda", "rocm")
-        if gpu:
-            return "parallel" if T >= 64 and S <= 128 else "sequential"
-        return "sequential"  # the banded scan: faster on a CPU at every measured size
+        return choose_path(T, S, accelerator=jax.default_backend() in ("gpu", "cuda", "rocm"))
 
     @property
     def shape(self):
