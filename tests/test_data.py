@@ -1,6 +1,7 @@
 import pytest
 
 from ppl_attention.data import DataError, Vocab, make_batches, make_task, read_pharaoh, read_tsv
+from ppl_attention.data.corpus import read_sequences
 from ppl_attention.data.pharaoh import write_pharaoh
 from ppl_attention.data.tasks import reorder_task
 from ppl_attention.metrics import aer
@@ -23,6 +24,16 @@ def test_tsv_round_trip_and_errors(tmp_path):
         read_tsv(_write(tmp_path, "d.tsv", "\tx\n"))
     with pytest.raises(DataError, match=r"e\.tsv:1: .*2 tabs"):
         read_tsv(_write(tmp_path, "e.tsv", "a\tb\tc\n"))
+
+
+@pytest.mark.parametrize("reader", [read_tsv, read_sequences, read_pharaoh])
+def test_a_file_that_is_not_utf8_is_refused_naming_file_line_and_column(tmp_path, reader):
+    """A Latin-1 "é" (0xe9) on line 3, after a UTF-8 "é" (2 bytes) on line 2: the error names
+    line 3 and the column in characters, not a byte offset into the file."""
+    p = tmp_path / "latin1.tsv"
+    p.write_bytes(b"a\tb\n\xc3\xa9 c\td\ne f\tx\xe9y\n")
+    with pytest.raises(DataError, match=r"latin1\.tsv:3: not UTF-8 \(byte 0xe9 at column 6\)"):
+        reader(p)
 
 
 def test_pharaoh_errors(tmp_path):

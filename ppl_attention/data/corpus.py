@@ -8,10 +8,23 @@ from pathlib import Path
 
 from ..errors import DataError
 
-__all__ = ["Pair", "DataError", "read_tsv", "read_sequences", "write_tsv", "atomic_write_text",
-           "write_directory_atomically"]
+__all__ = ["Pair", "DataError", "read_tsv", "read_sequences", "read_utf8", "write_tsv",
+           "atomic_write_text", "write_directory_atomically"]
 
 Pair = tuple[list[str], list[str]]
+
+
+def read_utf8(path: Path) -> str:
+    """The text of ``path``; a byte that is not UTF-8 is a :class:`DataError` naming file, line
+    and column: ``file:LINE: not UTF-8 (byte 0x.. at column C)`` (C counts characters)."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        # lines as the readers count them (str.splitlines); "?" stands in for the bad byte
+        lines = (raw[:e.start].decode("utf-8") + "?").splitlines()
+        raise DataError(f"{path}:{len(lines)}: not UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                        f"{len(lines[-1])})") from None
 
 
 def read_tsv(path: str | os.PathLike) -> list[Pair]:
@@ -21,11 +34,7 @@ def read_tsv(path: str | os.PathLike) -> list[Pair]:
     if not path.is_file():
         raise DataError(f"{path}: no such corpus file")
     pairs: list[Pair] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(read_utf8(path).splitlines(), 1):
         fields = line.split("\t")
         if len(fields) != 2:
             what = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
@@ -92,12 +101,8 @@ def read_sequences(path: str | os.PathLike, side: str = "target") -> list[list[s
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such corpus file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
     seqs = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(read_utf8(path).splitlines(), 1):
         fields = line.split("\t")
         if len(fields) > 2:
             raise DataError(f"{path}:{n}: expected one column or 'source<TAB>target', found "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .corpus import DataError, Pair, atomic_write_text
+from .corpus import DataError, Pair, atomic_write_text, read_utf8
 
 Links = set[tuple[int, int]]
 
@@ -26,7 +26,7 @@ def read_pharaoh(path: str | os.PathLike, pairs: list[Pair] | None = None) -> li
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such alignment file")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_utf8(path).splitlines()
     if pairs is not None and len(lines) != len(pairs):
         raise DataError(
             f"{path}: {len(lines)} alignment lines but the corpus has {len(pairs)} pairs"
