@@ -77,7 +77,7 @@ def bench_size(name, size, methods, reps):
 
     base_torch = median_ms(hand_torch, reps)
     jm, params = JaxModel.from_torch(reference)
-    hand_jax = jax.jit(jax.value_and_grad(lambda p: -jm.exact_token_log_likelihood(p, jb).sum()))
+    hand_jax = jax.jit(jax.value_and_grad(lambda p: -jm.exact_token_log_likelihood_of(p, jb).sum()))
     _, base_jax = jax_timed(lambda: hand_jax(params), reps)
     print(f"\n{name}: batch {size['batch']}, source {size['src']}, target {size['tgt']}, vocab "
           f"{size['vocab']}, hidden {size['hidden']}; medians of {reps}")
@@ -96,7 +96,7 @@ def bench_size(name, size, methods, reps):
 
         pyro_ms = median_ms(pyro_step, reps)
         jm, params = JaxModel.from_torch(model)
-        loss = make_loss(jm, method)
+        loss = make_loss(jm, method, site=jm.param_name)
         step = jax.jit(jax.value_and_grad(lambda p, key, loss=loss: loss(p, key, jb, 1.0)[0]))
         key = jax.random.PRNGKey(0)
         compile_s, np_ms = jax_timed(lambda s=step, p=params, k=key: s(p, k), reps)

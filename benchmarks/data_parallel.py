@@ -49,7 +49,7 @@ def main(argv=None):
     from ppl_attention.inference import get_method
     from ppl_attention.models import Seq2SeqAlignment
     from ppl_attention.numpyro.batching import to_jax
-    from ppl_attention.numpyro.inference.fit import adam_init, data_parallel, make_step
+    from ppl_attention.numpyro.inference.fit import data_parallel, make_step
     from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -76,7 +76,8 @@ def main(argv=None):
         rates = []
         for devices in (1, 2):
             step = make_step(jm, method, 5.0)
-            params, opt, batch = p, adam_init(p), jb
+            params = {jm.param_name: p}
+            params, opt, batch = params, step.init(params), jb
             if devices > 1:
                 data, rep = data_parallel(devices, args.batch_size)
                 params, opt, batch = (jax.device_put(params, rep), jax.device_put(opt, rep),

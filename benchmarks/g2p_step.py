@@ -95,14 +95,15 @@ def _numpyro_step(model, args, batches):
     import jax
 
     from ppl_attention.numpyro.batching import to_jax
-    from ppl_attention.numpyro.inference.evaluate import MULTIPLE, twin_of
-    from ppl_attention.numpyro.inference.fit import adam_init, make_step
+    from ppl_attention.numpyro.inference.evaluate import MULTIPLE
+    from ppl_attention.numpyro.inference.fit import make_step
+    from ppl_attention.numpyro.inference.twins import twin_of
 
     jm, params = twin_of(model, training=True)
     rows = max(b.size for b in batches)
     jb = [to_jax(b, rows, MULTIPLE) for b in batches]
     fn = make_step(jm, args.method, 5.0)
-    state = {"params": params, "opt": adam_init(params)}
+    state = {"params": params, "opt": fn.init(params)}
     key = jax.random.PRNGKey(0)
 
     def step(i, batch):

@@ -3,55 +3,24 @@
 Tools that need to see what a model attended to — MAP alignments of a sampled family, posterior
 draws of weights in ``analyze`` — run the model or guide under :func:`recording`, which collects
 an :class:`AttendRecord` per ``attend`` call; nothing is recorded otherwise.
+
+The checks that read the tensors' values (finite scores, a 0/1 mask, a position left for every
+query) run while Pyro's validation is on, its default; ``pyro.enable_validation(False)`` skips
+them, as it skips Pyro's own: each one waits for an accelerator, and a meta tensor has no values.
+Shape checks always run.
 """
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
-
 import pyro
 import torch
+from pyro.infer.util import is_validation_enabled
 
+from .core.records import AttendRecord, record, recording
 from .errors import UserError
 from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord"]
-
-
-@dataclass
-class AttendRecord:
-    """One ``attend`` call: the site ``name``, model or guide side, the ``scores`` and ``mask``
-    ``[..., T, S]``, the returned ``weights`` and the site ``value`` (None when deterministic),
-    and the ``family``."""
-
-    name: str
-    guide: bool
-    scores: torch.Tensor
-    mask: torch.Tensor
-    weights: torch.Tensor
-    value: torch.Tensor | None
-    family: Family
-
-
-_RECORDERS: list[list[AttendRecord]] = []
-
-
-@contextlib.contextmanager
-def recording():
-    """``with recording() as calls:`` — every ``attend`` inside appends its
-    :class:`AttendRecord` to ``calls``."""
-    calls: list[AttendRecord] = []
-    _RECORDERS.append(calls)
-    try:
-        yield calls
-    finally:
-        _RECORDERS.pop()
-
-
-def _record(*args) -> None:
-    if _RECORDERS:
-        _RECORDERS[-1].append(AttendRecord(*args))
 
 
 def _shape(t) -> list[int]:
@@ -63,13 +32,14 @@ def broadcast_source_mask(mask, scores: torch.Tensor, arg: str = "mask") -> torc
 
     ``mask`` may have scores' rank (``[..., T or 1, S]``) or one less (``[..., S]``: one source
     mask shared by all T queries, the usual padding mask ``[batch, S]``). Raises ``ValueError``
-    when it does not broadcast, or when some query would have no position left to attend to.
+    when it does not broadcast, or (Pyro's validation on) when some query would have no position
+    left to attend to.
     """
     if mask is None:
         return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
     mask = torch.as_tensor(mask, device=scores.device)
     if mask.dtype != torch.bool:
-        if not ((mask == 0) | (mask == 1)).all():
+        if is_validation_enabled() and not ((mask == 0) | (mask == 1)).all():
             raise UserError(f"{arg} must be boolean or 0/1, got values other than 0 and 1")
         mask = mask.bool()
     given = _shape(mask)
@@ -82,6 +52,8 @@ def broadcast_source_mask(mask, scores: torch.Tensor, arg: str = "mask") -> torc
             f"{arg} of shape {given} does not broadcast to scores {_shape(scores)} "
             f"(expected [..., S] or [..., T, S] with S={scores.shape[-1]})"
         ) from None
+    if not is_validation_enabled():
+        return mask
     empty = ~mask.any(-1)
     if empty.any():
         first = [int(i) for i in empty.nonzero()[0]]
@@ -108,6 +80,8 @@ def _check_inputs(scores, values) -> None:
             f"scores and values disagree on the source length S: scores {_shape(scores)} has "
             f"S={scores.shape[-1]}, values {_shape(values)} has S={values.shape[-2]}"
         )
+    if not is_validation_enabled():
+        return
     bad = ~torch.isfinite(scores)
     if bad.any():
         n_nan = int(torch.isnan(scores).sum())
@@ -179,7 +153,7 @@ def attend(
         weights = family.deterministic_weights(scores, mask)
         if not guide:
             pyro.deterministic(name, weights, event_dim=1)
-        _record(name, guide, scores, mask, weights, None, family)
+        record(name, guide, scores, mask, weights, None, family)
         return weights @ values, weights
 
     if target_mask is not None:
@@ -194,7 +168,7 @@ def attend(
         fn = fn.mask(target_mask)
     value = pyro.sample(name, fn, infer=dict(infer) if infer else {})
     weights = family.weights(value, scores, mask)
-    _record(name, guide, scores, mask, weights, value, family)
+    record(name, guide, scores, mask, weights, value, family)
     if family.normalizes:  # BAM: attention = S / Σ S, 0 where masked
         return weights @ values, weights
     return family.context(value, values), weights

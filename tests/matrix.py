@@ -66,8 +66,6 @@ def not_applicable(method: str, prop: str, backend: str) -> str | None:
         return f"{spec.objective}: no KL term taken in closed form"
     if prop == "e" and not sampled(spec):
         return "no sampled guide: the ELBO is exact (log p itself for exact methods)"
-    if prop == "f" and backend == "numpyro":
-        return "--resume is refused under NumPyro (Pyro backend only)"
     return None
 
 

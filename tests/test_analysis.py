@@ -74,7 +74,7 @@ def test_exact_marginals_pyro_equal_numpyro_and_infer_discrete_frequencies():
     with torch.no_grad():
         exact = run.model.exact_posterior(b).numpy()
     jm, p = JaxModel.from_torch(run.model)
-    jexact = np.asarray(jm.exact_posterior(p, to_jax(b, 6, 4)))[:4, : exact.shape[1],
+    jexact = np.asarray(jm.exact_posterior_of(p, to_jax(b, 6, 4)))[:4, : exact.shape[1],
                                                                    : exact.shape[2]]
     real = b.tgt_mask.numpy()
     np.testing.assert_allclose(jexact[real], exact[real], atol=1e-5)

@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent('''
         jm, p = JaxModel.from_torch(tm)
         batches = make_batches(task.train.pairs, sv, tv, 16, shuffle=True)
         jb = to_jax(batches[0], 16, 4)
-        loss = make_loss(jm, method)
+        loss = make_loss(jm, method, site=jm.param_name)
         f = jax.jit(jax.value_and_grad(lambda q, b: loss(q, jax.random.PRNGKey(0), b, 1.0)[0]))
         v1, g1 = f(p, jb)
         data, rep = data_parallel(2, 16)

@@ -140,9 +140,9 @@ def test_numpyro_mirror_equals_pyro_on_the_same_weights(max_back):
     with torch.no_grad():
         ll_t = model.exact_token_log_likelihood(b).sum(-1).numpy()
         post_t = model.exact_posterior(b).numpy()
-    ll_j = np.asarray(jax.jit(jm.exact_token_log_likelihood)(p, jb).sum(-1))
+    ll_j = np.asarray(jax.jit(jm.exact_token_log_likelihood_of)(p, jb).sum(-1))
     assert np.allclose(ll_j[:B], ll_t, rtol=1e-5) and np.all(ll_j[B:] == 0)
-    post_j = np.asarray(jax.jit(jm.exact_posterior)(p, jb))
+    post_j = np.asarray(jax.jit(jm.exact_posterior_of)(p, jb))
     assert np.allclose(post_j[:B, :T, :S], post_t, atol=1e-5)
     assert np.all(post_j[:B, :, S:] == 0) and np.all(post_j[B:] == 0)
 
@@ -158,7 +158,7 @@ def test_numpyro_mirror_equals_pyro_on_the_same_weights(max_back):
     loss_t = TraceEnum_ELBO(max_plate_nesting=2).loss_and_grads(
         lambda bb: model.model(bb, enumerate_z=True), lambda bb: None, b)
     loss_j, grads = jax.value_and_grad(
-        lambda pp: make_loss(jm, "hmm-exact")(pp, jax.random.PRNGKey(0), jb, 1.0)[0])(p)
+        lambda pp: make_loss(jm, "hmm-exact", site=jm.param_name)(pp, jax.random.PRNGKey(0), jb, 1.0)[0])(p)
     assert float(loss_j) == pytest.approx(loss_t, rel=1e-5)
     for name, par in model.named_parameters():
         if name.startswith("q_"):  # the unused inference network

@@ -58,12 +58,12 @@ def test_same_weights_same_exact_likelihood_weights_and_map(method, layers):
         _, e, _ = tm.decode(H, b.src_mask, b.tgt_in)
         w_t = torch.where(b.src_mask[:, None], e, -torch.inf).softmax(-1).numpy()
         post_t = tm.exact_posterior(b).argmax(-1).numpy()
-    ll_j = np.asarray(jax.jit(jm.exact_token_log_likelihood)(p, jb).sum(-1))[:B]
-    soft_j = np.asarray(jm.soft_token_log_likelihood(p, jb).sum(-1))[:B]
+    ll_j = np.asarray(jax.jit(jm.exact_token_log_likelihood_of)(p, jb).sum(-1))[:B]
+    soft_j = np.asarray(jm.soft_token_log_likelihood_of(p, jb).sum(-1))[:B]
     Hj = jm.encode(p, jb.src, jb.src_mask)
     ej = jm.decode(p, Hj, jb.src_mask, jb.tgt_in)[1]
     w_j = np.asarray(jax.nn.softmax(jnp.where(jb.src_mask[:, None], ej, -jnp.inf), -1))
-    post_j = np.asarray(jm.exact_posterior(p, jb).argmax(-1))[:B, :T]
+    post_j = np.asarray(jm.exact_posterior_of(p, jb).argmax(-1))[:B, :T]
     np.testing.assert_allclose(ll_j, ll_t, rtol=1e-4)
     np.testing.assert_allclose(soft_j, soft_t, rtol=1e-4)
     np.testing.assert_allclose(w_j[:B, :T, :S], w_t, atol=1e-5)
@@ -83,7 +83,7 @@ def test_same_weights_same_enumerated_elbo(method):
         pyro_loss = TraceEnum_ELBO(max_plate_nesting=2).loss(
             lambda bb: tm.model(bb, enumerate_z=m.enumerate_model),
             lambda bb: tm.guide(bb, **gk), b)
-    loss = make_loss(jm, method)
+    loss = make_loss(jm, method, site=jm.param_name)
     jax_loss, _ = loss(p, jax.random.PRNGKey(0), jb, 1.0)
     assert float(jax_loss) == pytest.approx(pyro_loss, rel=1e-4)
     exact_nll = -float(tm.exact_token_log_likelihood(b).sum().detach())
@@ -161,13 +161,13 @@ def test_vae_sample_gradient_is_unbiased_and_its_variance_within_2x_of_pyro():
     tm, jm, p, b, jb = _setup("vae-sample", hidden=6, n=6)
     names = sorted(p)
     n = 200
-    loss = make_loss(jm, "vae-sample")
+    loss = make_loss(jm, "vae-sample", site=jm.param_name)
     grad = jax.jit(jax.vmap(jax.grad(lambda params, key: loss(params, key, jb, 1.0)[0]),
                             in_axes=(None, 0)))
     g = grad(p, jax.random.split(jax.random.PRNGKey(0), n))
     jg = np.concatenate([np.asarray(g[name]).reshape(n, -1) for name in names], 1)
     exact = jax.grad(lambda params: enumerated_guide_loss(
-        jax.random.PRNGKey(0), params, jm.model, jm.guide, jb))(p)
+        jax.random.PRNGKey(0), {jm.param_name: params}, jm.model, jm.guide, jb))(p)
     exact = _flat([exact[name] for name in names])
     _assert_unbiased(jg, exact)
     m = get_method("vae-sample")
@@ -315,8 +315,8 @@ def test_bucketed_training_compiles_once_per_bucket_shape_and_padding_changes_no
         tm = TorchModel(len(sv), len(tv), hidden=8, family=get_method(method).family(8))
         jm, params = JaxModel.from_torch(tm)
         for b in batches[:2]:
-            plain = jm.exact_token_log_likelihood(params, to_jax(b))
-            padded = jm.exact_token_log_likelihood(params, to_jax(b, 6, "bucket"))
+            plain = jm.exact_token_log_likelihood_of(params, to_jax(b))
+            padded = jm.exact_token_log_likelihood_of(params, to_jax(b, 6, "bucket"))
             assert padded.shape[1] == bucket(b.tgt_out.shape[1])
             padded, plain = np.asarray(padded), np.asarray(plain)
             np.testing.assert_allclose(padded[: b.size, : plain.shape[1]], plain, rtol=1e-5,

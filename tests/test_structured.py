@@ -110,7 +110,7 @@ def test_segment_crf_method_in_both_backends():
     assert report["exact"] and report["nll_per_token"] == pytest.approx(
         -ll.sum() / b.n_tokens, rel=1e-5)
     jm, p = JaxModel.from_torch(model)
-    llj = np.asarray(jax.jit(jm.soft_token_log_likelihood)(p, to_jax(b, 11, 4)).sum(-1))
+    llj = np.asarray(jax.jit(jm.soft_token_log_likelihood_of)(p, to_jax(b, 11, 4)).sum(-1))
     assert np.allclose(llj[: b.size], ll, rtol=1e-5) and np.all(llj[b.size:] == 0)
     jr = evaluate(run, [b], backend="numpyro")
     assert jr["nll_per_token"] == pytest.approx(report["nll_per_token"], rel=1e-5)

@@ -43,18 +43,55 @@ from ..models.base import (
     exact_token_log_likelihood,
     require,
 )
+from .inference_data import model_device
 
 __all__ = ["guide_diagnostics", "KHAT_THRESHOLD", "MIN_DISTINCT"]
+
+
+def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
+    m = a.max(axis, keepdims=True)
+    return (m + np.log(np.exp(a - m).sum(axis, keepdims=True))).squeeze(axis)
 
 KHAT_THRESHOLD = 0.7
 MIN_DISTINCT = 20
 
 
 @torch.no_grad()
+def _pyro_arrays(run, b, num_samples: int, exact: bool) -> dict:
+    """What the diagnostics read of one batch, under Pyro (see
+    :func:`ppl_attention.numpyro.inference.posterior.diagnostic_arrays` for the keys)."""
+    model = run.model
+    b = b.to(model_device(model))
+    site = declared(model, "site")
+    post = guide_posterior(run)
+    out = {"lw": log_importance_weights(run, b, num_samples).cpu().numpy().astype(np.float64)}
+    if exact:
+        guide = poutine.trace(model.guide).get_trace(b, posterior=post)
+        fn = guide.nodes[site]["fn"]
+        support = fn.enumerate_support(expand=False)
+        S = support.shape[0]
+        log_q = fn.log_prob(support).reshape(S, *b.tgt_out.shape).permute(1, 2, 0)
+        q = log_q.exp().reshape(-1, S)
+        draws = torch.multinomial(q, num_samples, replacement=True).T.reshape(
+            num_samples, *b.tgt_out.shape)
+        out.update(exact_ll=exact_token_log_likelihood(model, b).cpu().numpy(),
+                   log_q=log_q.cpu().numpy(), p_exact=exact_posterior(model, b).cpu().numpy(),
+                   draws=draws.cpu().numpy())
+    else:
+        ws = []
+        for _ in range(num_samples):
+            with recording() as calls, poutine.block():
+                model.guide(b, posterior=post)
+            ws.append(next(c for c in calls if c.name == site).weights.argmax(-1))
+        out["draws"] = torch.stack(ws).cpu().numpy()
+    return out
+
+
 def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
                       progress: bool = True) -> dict:
     """Diagnostics of ``run``'s guide on ``pairs`` with ``gold`` alignments (lists of
-    (source, target) link sets); see the module docstring."""
+    (source, target) link sets); see the module docstring. A NumPyro model's run is read
+    through the NumPyro contract (the same numbers)."""
     import arviz as az
 
     if not isinstance(num_samples, int) or num_samples < 2:
@@ -62,54 +99,47 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
     pairs = getattr(pairs, "pairs", pairs)
     model = run.model
     require(model, "alignment", tool="guide diagnostics")
-    model.eval()
-    pyro.clear_param_store()
-    pyro.set_rng_seed(seed)
+    numpyro = run.backend == "numpyro"
+    if numpyro:
+        from ..numpyro.inference.posterior import diagnostic_arrays
+    else:
+        model.eval()
+        pyro.clear_param_store()
+        pyro.set_rng_seed(seed)
     if model.family.deterministic:
         raise UserError(f"{run.method}: a deterministic family ({model.family.name}) has no "
                         f"latent alignment to diagnose")
     caps = capabilities(model)
     exact = "exact-posterior" in caps and "exact-likelihood" in caps
-    site = declared(model, "site")
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
     kl_sum, n_tok, log_lik, elbo, iwae = 0.0, 0, 0.0, 0.0, 0.0
     khat, ess, draw_links = [], [], {k: {} for k in range(num_samples)}
-    post = guide_posterior(run)
-    for b in tqdm(batches, desc="diagnose", unit="batch", leave=False, disable=not progress):
-        lw = log_importance_weights(run, b, num_samples)  # [K, B]
+    for i, b in enumerate(tqdm(batches, desc="diagnose", unit="batch", leave=False,
+                               disable=not progress)):
+        arr = diagnostic_arrays(run, b, num_samples, seed * 100_003 + i) if numpyro else \
+            _pyro_arrays(run, b, num_samples, exact)
+        lw64 = arr["lw"].T  # [B, K]
         n_tok += b.n_tokens
-        elbo += float(lw.mean(0).sum())
-        iw = lw.logsumexp(0) - math.log(num_samples)
+        elbo += float(lw64.mean(1).sum())
+        iw = _logsumexp(lw64, 1) - math.log(num_samples)
         iwae += float(iw.sum())
-        lw64 = lw.T.numpy().astype(np.float64)  # [B, K]
         distinct = np.array([len(np.unique(np.round(row, 9))) for row in lw64])
         if (distinct >= MIN_DISTINCT).any():
             _, k = az.psislw(lw64[distinct >= MIN_DISTINCT])
             khat.extend(np.atleast_1d(k).tolist())
-        ess.extend((1.0 / (torch.softmax(lw.double(), 0) ** 2).sum(0) / num_samples).tolist())
+        w = np.exp(lw64 - _logsumexp(lw64, 1)[:, None])
+        ess.extend((1.0 / (w**2).sum(1) / num_samples).tolist())
+        mask = b.tgt_mask.numpy()
         if exact:
-            log_lik += float(exact_token_log_likelihood(model, b).sum())
-            guide = poutine.trace(model.guide).get_trace(b, posterior=post)
-            fn = guide.nodes[site]["fn"]
-            support = fn.enumerate_support(expand=False)
-            S = support.shape[0]
-            log_q = fn.log_prob(support).reshape(S, *b.tgt_out.shape).permute(1, 2, 0)
-            p_exact = exact_posterior(model, b)
-            terms = torch.where(p_exact > 0,
-                                p_exact * (p_exact.clamp_min(1e-30).log() - log_q),
-                                torch.zeros_like(p_exact))
-            kl_sum += float(terms.sum(-1).masked_fill(~b.tgt_mask, 0).sum())
-            q = log_q.exp().reshape(-1, S)
-            draws = torch.multinomial(q, num_samples, replacement=True).T.reshape(
-                num_samples, *b.tgt_out.shape)
+            log_lik += float(arr["exact_ll"].sum())
+            p_exact = arr["p_exact"]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                terms = np.where(p_exact > 0, p_exact * (np.log(np.maximum(p_exact, 1e-30))
+                                                         - arr["log_q"]), 0.0)
+            kl_sum += float(np.where(mask, terms.sum(-1), 0.0).sum())
         else:
             log_lik += float(iw.sum())
-            ws = []
-            for _ in range(num_samples):
-                with recording() as calls, poutine.block():
-                    model.guide(b, posterior=post)
-                ws.append(next(c for c in calls if c.name == site).weights.argmax(-1))
-            draws = torch.stack(ws)
+        draws = arr["draws"]
         lengths = (b.tgt_mask.sum(-1) - 1).tolist()
         for r, idx in enumerate(b.index.tolist()):
             for kk in range(num_samples):

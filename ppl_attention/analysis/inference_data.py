@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from ..attend import recording
 from ..data.batching import make_batches
+from ..distributions import categorical_draws
 from ..errors import UserError
 from ..inference.evaluate import guide_posterior
 from ..inference.methods import get_method
@@ -46,7 +47,13 @@ from ..models.base import (
     require,
 )
 
-__all__ = ["to_inference_data", "alignment_arrays", "observed_log_likelihood"]
+__all__ = ["to_inference_data", "alignment_arrays", "observed_log_likelihood", "model_device"]
+
+
+def model_device(model) -> torch.device:
+    """Where ``model``'s parameters live (the CPU for a model without any): the device a tool
+    puts the batches it makes on."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def _site(calls, site: str):
@@ -95,7 +102,7 @@ def alignment_arrays(run, batch, num_samples: int, generator: torch.Generator) -
     fam = model.family
 
     def one_hot_draws(probs):
-        idx = torch.multinomial(probs.reshape(-1, S), K, replacement=True, generator=generator)
+        idx = categorical_draws(probs.reshape(-1, S), K, generator)
         return torch.nn.functional.one_hot(idx.T.reshape(K, B, T), S).to(probs.dtype)
 
     out = {"prior": prior_probs(model, batch) if "prior" in caps else None, "exact": None,
@@ -121,7 +128,7 @@ def alignment_arrays(run, batch, num_samples: int, generator: torch.Generator) -
             out["q"] = one_hot_draws(q)
     else:
         draws, lls, priors = [], [], []
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))  # generator.device
         pyro.set_rng_seed(seed)
         post = guide_posterior(run)
         for _ in range(K):
@@ -136,13 +143,15 @@ def alignment_arrays(run, batch, num_samples: int, generator: torch.Generator) -
             priors.append(_site(calls, site).weights)
         out["posterior"], out["log_lik"] = torch.stack(draws), torch.stack(lls)
         out["prior_draws"] = torch.stack(priors)
-    return {k: (None if v is None else v.float().numpy()) for k, v in out.items()}
+    return {k: (None if v is None else v.float().cpu().numpy()) for k, v in out.items()}
 
 
 def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_size: int = 64,
                       progress: bool = True):
     """``arviz.InferenceData`` of the alignments of ``pairs`` (a list of (source, target) token
-    lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run``."""
+    lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run`` — a NumPyro
+    model's run through the NumPyro contract
+    (:func:`ppl_attention.numpyro.inference.posterior.alignment_arrays`), the same groups."""
     import arviz as az
     import xarray as xr
 
@@ -152,8 +161,12 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     pairs = getattr(pairs, "pairs", pairs)
     if not pairs:
         raise UserError("no pairs to analyse")
-    run.model.eval()
-    pyro.clear_param_store()
+    numpyro = run.backend == "numpyro"
+    if numpyro:
+        from ..numpyro.inference.posterior import alignment_arrays as numpyro_arrays
+    else:
+        run.model.eval()
+        pyro.clear_param_store()
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, batch_size)
     N, K = len(pairs), num_samples
     T = max(len(t) for _, t in pairs) + 1  # + <eos>
@@ -166,7 +179,10 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     token_ll = [[] for _ in range(N)]
     g = torch.Generator().manual_seed(seed)
     for b in tqdm(batches, desc="analyze", unit="batch", leave=False, disable=not progress):
-        arr = alignment_arrays(run, b, K, g)
+        if numpyro:
+            arr = numpyro_arrays(run, b, K, int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+        else:
+            arr = alignment_arrays(run, b.to(model_device(run.model)), K, g)
         for r, i in enumerate(b.index.tolist()):
             s_len, t_len = int(b.src_mask[r].sum()), int(b.tgt_mask[r].sum())
             post[:, i, :t_len, :s_len] = arr["posterior"][:, r, :t_len, :s_len]
@@ -211,7 +227,7 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
         coords=coords,
         dims={"alignment": dims5, "alignment_q": dims5, "y": ["token"]},
         attrs={"method": run.method, "family": run.model.family.name,
-               "inference_library": "pyro", "num_samples": K},
+               "inference_library": run.backend, "num_samples": K},
     )
     extra = {"source_token": (("pair", "source_pos"), tokens(0, S)),
              "target_token": (("pair", "target_pos"), tokens(1, T))}

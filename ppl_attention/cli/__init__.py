@@ -1,5 +1,5 @@
 """The ``ppl-attention`` command: train | evaluate | align | decode | analyze | diagnose | sample |
-compare | sweep | models.
+compare | sweep | check-twin | models.
 
 ``train``, ``compare`` and ``sweep`` take ``--model NAME`` (the registry: ``ppl-attention models``)
 or a user's model, ``--model path/to/file.py:ClassName`` / ``package.module:ClassName``; their
@@ -17,12 +17,13 @@ import argparse
 import sys
 
 from ..errors import UserError
-from . import analyze, evaluate, sample, sweep, train
+from . import analyze, evaluate, sample, sweep, train, twin
 from .options import peek_model
 
 COMMANDS = {
     "train": train, "evaluate": evaluate, "align": evaluate, "decode": evaluate,
     "analyze": analyze, "diagnose": analyze, "sample": sample, "compare": sweep, "sweep": sweep,
+    "check-twin": twin,
 }
 
 
@@ -43,6 +44,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     evaluate.add_parsers(sub)
     analyze.add_parsers(sub)
     sample.add_parser(sub)
+    twin.add_parser(sub)
     sweep.add_parsers(sub, model if command in ("compare", "sweep") else "seq2seq")
     p = sub.add_parser("models", help="the model registry: name, data, reference")
     p.set_defaults(fn=_cmd_models)

@@ -18,6 +18,16 @@ from ..models.registry import load_model_class
 from .options import add_backend
 
 
+def get_backend_checked(name: str, run):
+    """The backend ``name``, having refused a run it cannot evaluate (a NumPyro model's run
+    under pyro; a Pyro model without a NumPyro twin under numpyro)."""
+    from ..backends import get_backend
+
+    ops = get_backend(name)
+    ops.check_run(run)
+    return ops
+
+
 def add_eval_data(p) -> None:
     """What a run is evaluated on: --data-dir (its test split), --data F [--gold F.align], or
     neither (the test split of the run's own data)."""
@@ -87,6 +97,7 @@ def cmd_evaluate(args) -> int:
     if args.iwae_k is not None and args.iwae_k < 1:
         raise UserError(f"--iwae-k must be at least 1, got {args.iwae_k}")
     run = load_run(args.run, args)
+    get_backend_checked(args.backend or run.backend, run)
     split = eval_split(run, args)
     has_refs = bool(getattr(split, "references", None))
     if (args.ensemble or args.beam != 1) and not has_refs:
@@ -103,7 +114,7 @@ def cmd_evaluate(args) -> int:
         from ..inference.decode import check_ensemble
 
         check_ensemble([run, *ensemble])
-    rep = report(run, split, run.config.get("data", {}), backend=args.backend,
+    rep = report(run, split, run.config.get("data", {}), backend=args.backend or run.backend,
                  iwae_k=args.iwae_k, samples=args.samples, beam=args.beam, ensemble=ensemble)
     if rep.get("n_unk"):
         print(f"note: {rep['n_unk']} token(s) unseen in training were mapped to <unk>",
@@ -127,13 +138,15 @@ def cmd_align(args) -> int:
     require(run.model, "alignment", tool="align")
     pairs = read_tsv(args.data)
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64)
-    if args.backend == "numpyro":
+    backend = args.backend or run.backend
+    if backend == "numpyro":
         from ..backends import get_backend
 
         ops = get_backend("numpyro")
         ops.check_run(run)
         links_fn = ops.alignment_links
     else:
+        get_backend_checked("pyro", run)
         links_fn = alignment_links
     links = links_fn(run, batches)
     sys.stdout.write("".join(format_pharaoh(links[i]) + "\n" for i in range(len(pairs))))

@@ -138,10 +138,11 @@ def add_training(p, cls) -> None:
                    help="numpyro: data-parallel SVI, each batch sharded over N JAX devices")
 
 
-def add_backend(p) -> None:
-    p.add_argument("--backend", choices=list(BACKENDS), default="pyro",
-                   help="run the model under Pyro (torch) or its NumPyro twin (jax.jit); run "
-                   "directories are the same for both")
+def add_backend(p, what: str = "the model") -> None:
+    p.add_argument("--backend", choices=list(BACKENDS), default=None,
+                   help=f"run {what} under Pyro (torch) or NumPyro (jax.jit): a NumPyro model "
+                   f"runs under numpyro, a Pyro model under pyro or its NumPyro twin (default: "
+                   f"the backend the model is written for)")
 
 
 def add_model_flag(p, default: str | None = "seq2seq") -> None:

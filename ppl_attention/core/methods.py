@@ -56,6 +56,15 @@ class MethodSpec:
         return family_spec(self.family)
 
     @property
+    def samples_alignment(self) -> bool:
+        """Does one step of the method draw a random alignment (a sampled guide site)? Not when
+        the family is deterministic or the alignment is enumerated, nor without a guide."""
+        fam = self.family_spec
+        if fam.deterministic or self.enumerate_model or self.enumerate_guide:
+            return False
+        return self.posterior != "none"
+
+    @property
     def requires(self) -> tuple[str, ...]:
         """Capabilities the model needs beyond ``model`` and ``guide``."""
         return ("soft-likelihood",) if self.baseline == "soft" else ()

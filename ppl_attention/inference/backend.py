@@ -3,6 +3,8 @@ meets the contract runs here."""
 
 from __future__ import annotations
 
+from ..contract import declared
+from ..errors import UserError
 from .evaluate import alignment_links, elbo_per_token, nll_per_token
 from .fit import fit
 
@@ -12,8 +14,24 @@ NAME = "pyro"
 
 
 def check(model_class, method) -> None:
-    """Every model and every method of the registry run under Pyro."""
+    """Every Pyro model and every method of the registry run under Pyro; a NumPyro model is
+    refused (it has no Pyro program)."""
+    _pyro_model(model_class)
 
 
 def check_run(run) -> None:
-    """Every run evaluates under Pyro."""
+    """Every run of a Pyro model evaluates under Pyro, whichever backend trained it."""
+    _pyro_model(type(run.model))
+
+
+def _pyro_model(cls) -> None:
+    if declared(cls, "backend") != "pyro":
+        raise UserError(f"{cls.__name__} is a NumPyro model: it runs under --backend numpyro "
+                        f"only (it has no Pyro program to run)")
+
+
+def method_family(method: str):
+    """A fresh torch family of ``method``."""
+    from .methods import get_method
+
+    return get_method(method).family()

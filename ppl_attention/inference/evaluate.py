@@ -53,11 +53,11 @@ def _batch_dim(trace) -> int | None:
     return None
 
 
-def _per_pair(trace, B: int) -> torch.Tensor:
-    """Σ of the log-densities of ``trace``'s sample sites per pair ``[B]`` (summing every dim
-    right of the ``batch`` plate)."""
-    dim = _batch_dim(trace)
-    total = torch.zeros(B)
+def _per_pair(trace, batch) -> torch.Tensor:
+    """Σ of the log-densities of ``trace``'s sample sites per pair ``[B]`` on the batch's device
+    (summing every dim right of the ``batch`` plate)."""
+    dim, B = _batch_dim(trace), batch.size
+    total = torch.zeros(B, device=batch.src.device)
     for name, site in trace.nodes.items():
         if site["type"] != "sample" or "log_prob" not in site or site_is_subsample(site):
             continue
@@ -76,14 +76,13 @@ def log_importance_weights(run: Run, batch, k: int = 10) -> torch.Tensor:
     """log p(y, z_k | x) − log q(z_k | x, y) for K draws z_k ~ q, per pair ``[K, B]`` (every
     latent site of the guide, whole alignments for a categorical one)."""
     model, post = run.model, guide_posterior(run)
-    B = batch.size
     weights = []
     for _ in range(k):
         g = poutine.trace(model.guide).get_trace(batch, posterior=post)
         mt = poutine.trace(poutine.replay(model.model, trace=g)).get_trace(batch)
         g.compute_log_prob()
         mt.compute_log_prob()
-        weights.append(_per_pair(mt, B) - _per_pair(g, B))
+        weights.append(_per_pair(mt, batch) - _per_pair(g, batch))
     return torch.stack(weights)
 
 
@@ -201,7 +200,8 @@ def evaluate(run: Run, batches: list, gold: list | None = None,
     ops = get_backend(backend)
     ops.check_run(run)
     pyro.clear_param_store()
-    run.model.eval()
+    if hasattr(run.model, "eval"):  # a torch module (a NumPyro model has no train/eval mode)
+        run.model.eval()
     caps = capabilities(run.model)
     nll = ops.nll_per_token(run, batches, iwae_k)
     n_tokens = sum(b.n_tokens for b in batches)

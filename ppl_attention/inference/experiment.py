@@ -6,6 +6,7 @@ Ray) and resumed runs all go through here, for built-in models and users' models
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..backends import get_backend
+from ..contract import model_backend
 from ..data.kinds import data_kind
 from ..errors import MissingCapability, UserError
 from ..models.base import check_method, declared
@@ -34,7 +36,8 @@ class Experiment:
     ``model_options``: its constructor's options (None values: the model's defaults);
     ``task`` / ``data_dir`` / ``task_seed`` / ``data_options``: the data source;
     ``training``: training options (None: the model's defaults, else the package's);
-    ``backend``, ``devices``: where it runs; ``resume``, ``checkpoint_every``: a long run;
+    ``backend``, ``devices``: where it runs (``backend`` None: the model's own — ``pyro`` for a
+    Pyro model, ``numpyro`` for a NumPyro model); ``resume``, ``checkpoint_every``: a long run;
     ``model_source``: the bytes of a user's model file shipped with a Ray job."""
 
     model: str = "seq2seq"
@@ -44,7 +47,7 @@ class Experiment:
     task_seed: int = 0
     data_options: dict = field(default_factory=dict)
     training: dict = field(default_factory=dict)
-    backend: str = "pyro"
+    backend: str | None = None
     devices: int = 1
     resume: bool = False
     checkpoint_every: int | None = None
@@ -73,6 +76,10 @@ class Experiment:
     def model_class(self):
         return load_model_class(self.model, source=self.model_source)
 
+    def backend_name(self) -> str:
+        """``backend``, or the one the model class is written for."""
+        return self.backend or model_backend(self.model_class())
+
     def source(self) -> dict:
         kind = data_kind(declared(self.model_class(), "data"))
         return kind.source(self.task, self.data_dir, self.task_seed, **self.data_options)
@@ -92,11 +99,11 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     data source, the model's options, each method for this model and backend."""
     cls = exp.model_class()
     exp.source()
-    get_backend(exp.backend)
+    backend = get_backend(exp.backend_name())
     for m in methods:
         spec = get_method(m)
         check_method(cls, spec)
-        get_backend(exp.backend).check(cls, m)
+        backend.check(cls, m)
     opts = training_options(cls, **exp.training)
     if opts["batch_size"] < 1 or opts["steps"] < 1:
         raise UserError(f"--steps and --batch-size must be at least 1 (got {opts['steps']}, "
@@ -107,7 +114,7 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     if "kl_weight" in exp.training and all(f.deterministic for f in m_fams):
         raise UserError(f"--kl-weight weighs the KL of a latent alignment; "
                         f"{', '.join(methods)} has none")
-    if exp.devices != 1 and exp.backend != "numpyro":
+    if exp.devices != 1 and exp.backend_name() != "numpyro":
         raise UserError("--devices shards batches over JAX devices: use --backend numpyro "
                         "(Pyro data parallelism is torchrun + DistributedDataParallel)")
 
@@ -157,7 +164,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         source["data_dir"] = exp.data_dir_record
     m = get_method(method)
     check_method(cls, m)
-    backend = get_backend(exp.backend)
+    backend_name = exp.backend_name()
+    backend = get_backend(backend_name)
     backend.check(cls, method)
     opts = training_options(cls, **exp.training)
     data = kind.load(exp.source())
@@ -167,8 +175,10 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         resume = Run.load(out, which="last", partial=True, model_class=cls)
     torch.manual_seed(seed)
     if resume is None:
+        family = backend.method_family(method) if model_backend(cls) == "numpyro" \
+            else m.family()
         try:
-            model = cls(**data.dims, **exp.model_options, family=m.family())
+            model = cls(**data.dims, **exp.model_options, family=family)
         except TypeError as e:
             raise UserError(f"--model {exp.model}: {e}") from None
         if not isinstance(getattr(model, "config", None), dict):  # not an AlignmentModel
@@ -186,13 +196,13 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
                         f"keeps its last weights)")
     extra = {}
     if distributed is not None:
-        if exp.backend != "pyro" or exp.devices != 1:
+        if backend_name != "pyro" or exp.devices != 1:
             raise UserError("torchrun launches Pyro data parallelism; NumPyro shards batches "
                             "over JAX devices in one process (--backend numpyro --devices N)")
         distributed.check_batches(train)
         distributed.start()
         extra["distributed"] = distributed
-    if exp.backend == "numpyro":
+    if backend_name == "numpyro":
         if exp.devices != 1:
             backend.check_devices(exp.devices, max(b.size for b in train))
         extra["devices"] = exp.devices
@@ -206,13 +216,31 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
                       model_spec=_model_spec(exp), **train_opts, **extra)
     if distributed is not None and not distributed.main:
         return run, None  # rank 0 evaluates and writes the run directory
-    last = copy.deepcopy(run.model.state_dict())
-    run.model.load_state_dict(run.extra.get("best_model", last))
-    rep = report(run, data.test, source, backend=exp.backend)
+    with best_weights(run):
+        rep = report(run, data.test, source, backend=backend_name)
     for key in ("ms_per_step", "compilations", "compile_seconds"):
         if key in run.extra:
             rep[key] = run.extra[key]
     run.extra["test_report"] = rep
-    run.model.load_state_dict(last)  # the checkpoint keeps the last weights for --resume
-    run.save(out)
+    run.save(out)  # the last weights, for --resume
     return run, rep
+
+
+@contextlib.contextmanager
+def best_weights(run: Run):
+    """The run's best-validation weights in place while the block runs, its last ones
+    after."""
+    if model_backend(run.model) == "numpyro":
+        last = run.params
+        run.params = run.extra.get("best_model", last)
+        try:
+            yield run
+        finally:
+            run.params = last
+        return
+    last = copy.deepcopy(run.model.state_dict())
+    run.model.load_state_dict(run.extra.get("best_model", last))
+    try:
+        yield run
+    finally:
+        run.model.load_state_dict(last)

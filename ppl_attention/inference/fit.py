@@ -71,7 +71,7 @@ class MethodObjective:
         return own(batches) if callable(own) else nll_per_token(run, batches)
 
 
-def _initialize_lazy_parameters(model, objective: MethodObjective, batch) -> None:
+def initialize_lazy_parameters(model, objective: MethodObjective, batch) -> None:
     """A family that builds its parameters on first use (a BAM prior network made without
     ``key_dim``) gets them now, by one run of the model (no gradient, the RNG state restored),
     so that the optimizer sees them."""
@@ -138,7 +138,7 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
     objective = MethodObjective(m, model, opts["kl_weight"], opts["anneal_rho"])
     if resume is None:
         pyro.set_rng_seed(seed)
-        _initialize_lazy_parameters(model, objective, train[0])
+        initialize_lazy_parameters(model, objective, train[0])
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=opts["weight_decay"])
     if resume is not None:
         if resume.optimizer_state:

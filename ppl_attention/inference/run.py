@@ -4,7 +4,11 @@ under a temporary name and renamed when complete, so an interrupted run never lo
 
 A run directory is data, never code: ``checkpoint.pt`` holds tensors, numbers, strings, lists
 and dicts only and is read with ``torch.load(weights_only=True)`` — a checkpoint carrying any
-other pickled object is refused without running it. ``config.json`` names the model's class
+other pickled object is refused without running it. A NumPyro model's run keeps its param map
+in ``params.npz`` (the last and the best weights) and its step and numbers in ``state.json``
+instead; a run trained under NumPyro keeps its optimizer state in ``optimizer.npz`` (plain
+arrays, read with ``allow_pickle=False``). ``config.json``'s ``backend`` says which backend
+trained the run. ``config.json`` names the model's class
 (``"model_class"``: a registry name, ``package.module:Class`` or the file a user's class was
 loaded from); loading imports that class as ``--model`` would, never a file inside the run
 directory.
@@ -20,6 +24,9 @@ from pathlib import Path
 
 import torch
 
+from ..backends import get_backend
+from ..contract import model_backend
+from ..core.arrays import load_arrays, save_arrays
 from ..data.corpus import write_directory_atomically
 from ..data.vocab import Vocab
 from ..errors import UnsafeCheckpoint, UserError
@@ -43,6 +50,13 @@ class Run:
     rng_state: dict | None = None
     extra: dict = field(default_factory=dict)
     model_spec: str | None = None  # how config.json names the model class
+    params: dict | None = None  # a NumPyro model's param map {site: value}
+
+    @property
+    def backend(self) -> str:
+        """The backend the run's model is written for (``"pyro"`` for a Pyro model, whichever
+        backend trained it; ``"numpyro"`` for a NumPyro model)."""
+        return model_backend(self.model)
 
     def save(self, path: str | os.PathLike, complete: bool = True) -> Path:
         """Write the run directory atomically: a temporary sibling, then one rename. With
@@ -63,11 +77,32 @@ class Run:
             raise UserError(f"{type(self.model).__name__}.config must hold JSON values (it "
                             f"rebuilds the model from a run directory): {e}") from None
 
+        numpyro_opt = isinstance(self.optimizer_state, dict) and \
+            "numpyro_leaves" in self.optimizer_state
+        native = self.backend == "numpyro"
+        if native and self.params is None:
+            raise UserError("a NumPyro model's run has no parameters to save (run.params)")
+
         def fill(tmp: Path) -> None:
             (tmp / "config.json").write_text(text)
-            torch.save({"model": self.model.state_dict(), "step": self.step,
-                        "optimizer": self.optimizer_state, "rng": self.rng_state,
-                        "extra": self.extra}, tmp / "checkpoint.pt")
+            if native:
+                extra = {k: v for k, v in self.extra.items() if k != "best_model"}
+                save_arrays(tmp / "params.npz", {"last": self.params,
+                                                 "best": self.extra.get("best_model")})
+                try:
+                    state = json.dumps({"step": self.step, "extra": extra}, indent=1)
+                except TypeError as e:
+                    raise UserError(f"run.extra must hold JSON values for a NumPyro run: "
+                                    f"{e}") from None
+                (tmp / "state.json").write_text(state)
+            else:
+                torch.save({"model": self.model.state_dict(), "step": self.step,
+                            "optimizer": None if numpyro_opt else self.optimizer_state,
+                            "rng": self.rng_state, "extra": self.extra}, tmp / "checkpoint.pt")
+            if numpyro_opt:
+                leaves = self.optimizer_state["numpyro_leaves"]
+                save_arrays(tmp / "optimizer.npz",
+                            {"leaves": {str(i): x for i, x in enumerate(leaves)}})
             metrics = {"history": self.history}
             for key in ("ms_per_step", "train_seconds", "compilations", "compile_seconds"):
                 if key in self.extra:
@@ -93,22 +128,49 @@ class Run:
         spec = cfg["model_class"]
         if model_class is None:
             model_class = _model_class(spec, path)
-        method = get_method(cfg["method"])
+        native = model_backend(model_class) == "numpyro"
+        if native:
+            family = get_backend("numpyro").method_family(cfg["method"])
+        else:
+            family = get_method(cfg["method"]).family()
         try:
-            model = model_class(**cfg["model"], family=method.family())
+            model = model_class(**cfg["model"], family=family)
         except TypeError as e:
             raise UserError(f"{path}/config.json: the model options do not fit "
                             f"{model_class.__name__} ({e})") from None
-        ckpt = load_checkpoint(path / "checkpoint.pt")
-        extra = ckpt.get("extra") or {}
-        best = extra.get("best_model") if which == "best" else None
-        model.load_state_dict(best if best is not None else ckpt["model"])
-        model.eval()
+        params = None
+        if native:
+            arrays = load_arrays(path / "params.npz")
+            state = _read_json(path / "state.json")
+            extra, step, optimizer, rng = state.get("extra", {}), state.get("step", 0), None, None
+            if arrays.get("best") is not None:
+                extra["best_model"] = arrays["best"]
+            best = extra.get("best_model") if which == "best" else None
+            params = best if best is not None else arrays.get("last")
+            if params is None:
+                raise UserError(f"{path}/params.npz: no parameters in it")
+        else:
+            ckpt = load_checkpoint(path / "checkpoint.pt")
+            extra = ckpt.get("extra") or {}
+            best = extra.get("best_model") if which == "best" else None
+            model.load_state_dict(best if best is not None else ckpt["model"])
+            model.eval()
+            step, optimizer, rng = ckpt["step"], ckpt["optimizer"], ckpt["rng"]
+        if (path / "optimizer.npz").exists():
+            leaves = load_arrays(path / "optimizer.npz").get("leaves", {})
+            optimizer = {"numpyro_leaves": [leaves[str(i)] for i in range(len(leaves))]}
         history = json.loads((path / "metrics.json").read_text())["history"]
         vocab = {k: Vocab.from_list(cfg[k]) if cfg.get(k) else None
                  for k in ("src_vocab", "tgt_vocab")}
         return cls(model, cfg["method"], vocab["src_vocab"], vocab["tgt_vocab"], cfg["train"],
-                   history, ckpt["step"], ckpt["optimizer"], ckpt["rng"], extra, spec)
+                   history, step, optimizer, rng, extra, spec, params)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: unreadable ({e})") from None
 
 
 def read_config(path: Path) -> dict:

@@ -88,46 +88,34 @@ naming it. :func:`capabilities` lists what a model instance has.
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import nn
 
+from ..contract import (
+    CAPABILITIES,
+    RecordsConfig,
+    capabilities,
+    check_contract,
+    check_method,
+    declared,
+    refuse,
+    require,
+)
 from ..core.methods import POSTERIORS
-from ..data.kinds import DATA_KINDS
 from ..errors import MissingCapability, UserError
 
 __all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_model_class",
            "check_method", "exact_token_log_likelihood", "exact_posterior",
            "posterior_samples", "prior_probs", "declared"]
 
-#: capability → the member that provides it (for messages)
-CAPABILITIES = {
-    "alignment": "data = 'pairs' with the alignment site [B, T] over source positions",
-    "exact-likelihood": "exact_token_log_likelihood(batch) -> [B, T]",
-    "exact-posterior": "exact_posterior(batch) -> [B, T, S]",
-    "posterior-samples": "posterior_samples(batch, num_samples, generator) -> [K, B, T]",
-    "prior": "prior_probs(batch) -> [B, T, S]",
-    "soft-likelihood": "soft_token_log_likelihood(batch) -> [B, T]",
-    "predictive": "start_decoding / decoding_step / keep_hypotheses",
-}
 
-_DEFAULTS = dict(data="pairs", posteriors=POSTERIORS, families=None, site="align",
-                 max_plate_nesting=2, training_defaults={}, numpyro_twin=None, latents=())
-
-
-def declared(model_or_cls, name: str):
-    """A declaration of the contract (``data``, ``posteriors`` …), its default if not made."""
-    return getattr(model_or_cls, name, _DEFAULTS[name])
-
-
-class AlignmentModel(nn.Module):
+class AlignmentModel(RecordsConfig, nn.Module):
     """Base class of the contract (module docstring): the declarations' defaults, ``config``
     recorded from the constructor's arguments, and :attr:`capabilities`."""
 
+    backend = "pyro"
     data = "pairs"
     posteriors = POSTERIORS
     families = None
@@ -137,81 +125,14 @@ class AlignmentModel(nn.Module):
     training_defaults: dict = {}
     numpyro_twin: str | None = None
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        init = cls.__dict__.get("__init__")
-        if init is None or getattr(init, "_records_config", False):
-            return
-
-        @functools.wraps(init)
-        def recording_init(self, *args, **kw):
-            init(self, *args, **kw)
-            if type(self).__init__ is recording_init:  # the outermost constructor records
-                bound = inspect.signature(init).bind(self, *args, **kw)
-                bound.apply_defaults()
-                config = {}
-                for name, value in list(bound.arguments.items())[1:]:
-                    param = inspect.signature(init).parameters[name]
-                    if param.kind is param.VAR_KEYWORD:
-                        config.update(value)
-                    elif param.kind is not param.VAR_POSITIONAL and name != "family":
-                        config[name] = value
-                self.config = config
-
-        recording_init._records_config = True
-        cls.__init__ = recording_init
-
     @property
     def capabilities(self) -> frozenset[str]:
         return capabilities(self)
 
 
-# --- capabilities -----------------------------------------------------------------------------
-
 def _own(model, name: str) -> bool:
     """Does the model define ``name`` itself (not only the generic implementation)?"""
     return callable(getattr(model, name, None))
-
-
-def capabilities(model) -> frozenset[str]:
-    """What tools this model instance supports (see the module docstring)."""
-    fam = getattr(model, "family", None)
-    enumerable = bool(getattr(fam, "enumerable", False))
-    alone = not declared(model, "latents")  # the alignment is the only latent variable
-    generic = enumerable and alone and not getattr(fam, "markov", False)
-    caps = set()
-    if declared(model, "data") == "pairs":
-        caps.add("alignment")
-    if _own(model, "exact_token_log_likelihood") or generic or \
-            (alone and getattr(fam, "deterministic", False)):
-        caps.add("exact-likelihood")
-    for cap, member in (("exact-posterior", "exact_posterior"),
-                        ("posterior-samples", "posterior_samples"), ("prior", "prior_probs")):
-        if _own(model, member) or generic:
-            caps.add(cap)
-    if _own(model, "soft_token_log_likelihood"):
-        caps.add("soft-likelihood")
-    if all(_own(model, m) for m in ("start_decoding", "decoding_step", "keep_hypotheses")):
-        caps.add("predictive")
-    # a member the model defines still needs a family it applies to (a Seq2SeqAlignment with
-    # a Dirichlet family has exact_posterior, but no exact posterior exists)
-    if not (enumerable or getattr(fam, "deterministic", False)):
-        caps -= {"exact-likelihood", "exact-posterior", "posterior-samples", "prior"}
-    if getattr(fam, "deterministic", False):
-        caps -= {"exact-posterior", "posterior-samples", "prior"}
-    return frozenset(caps)
-
-
-def require(model, *caps: str, tool: str = "this command") -> None:
-    """Raise :class:`MissingCapability` naming the first capability ``model`` lacks."""
-    have = capabilities(model)
-    for cap in caps:
-        if cap not in have:
-            fam = getattr(getattr(model, "family", None), "name", "?")
-            raise MissingCapability(
-                f"{tool} needs the capability {cap!r}, which {type(model).__name__} with the "
-                f"{fam!r} family does not have (it is provided by {CAPABILITIES[cap]}; see "
-                f"docs/architecture.md)")
 
 
 # --- generic implementations ------------------------------------------------------------------
@@ -309,68 +230,16 @@ def prior_probs(model, batch) -> torch.Tensor:
 
 # --- checks -----------------------------------------------------------------------------------
 
-def _accepts(fn, names) -> list[str]:
-    """The names of ``names`` that ``fn`` cannot take as keyword arguments."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return list(names)
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return []
-    return [n for n in names if n not in params]
-
-
 def check_model_class(cls, where: str = "the model") -> None:
-    """Refuse, naming every missing member, a class that does not meet the contract."""
-    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+    """Refuse, naming every missing member, a class that does not meet the contract (a
+    NumPyro model — ``backend = "numpyro"`` — is checked against the NumPyro contract's
+    members, which are the same)."""
+    if not isinstance(cls, type):
+        raise UserError(f"{where}: {cls!r} is not a class (subclass "
+                        f"ppl_attention.models.AlignmentModel or "
+                        f"ppl_attention.numpyro.models.AlignmentModel; docs/architecture.md)")
+    if declared(cls, "backend") == "pyro" and not issubclass(cls, nn.Module):
         raise UserError(f"{where}: {cls!r} is not a torch.nn.Module class (subclass "
-                        f"ppl_attention.models.AlignmentModel; docs/architecture.md)")
-    problems = []
-    data = declared(cls, "data")
-    if data not in DATA_KINDS:
-        problems.append(f"data = {data!r} is not a data kind ({', '.join(DATA_KINDS)})")
-    else:
-        missing = _accepts(cls.__init__, (*DATA_KINDS[data].dims, "family"))
-        if missing:
-            problems.append(f"__init__ takes no {', '.join(missing)} (a {data!r} model is built "
-                            f"as cls({', '.join(DATA_KINDS[data].dims)}, family=…, **options))")
-    for name, kws in (("model", ("enumerate_z", "kl_scale")),
-                      ("guide", ("posterior", "enumerate_z", "kl_scale"))):
-        fn = getattr(cls, name, None)
-        if not callable(fn):
-            problems.append(f"no {name}(batch, *, {', '.join(kws)}) method")
-        else:
-            missing = _accepts(fn, kws)
-            if missing:
-                problems.append(f"{name}() takes no {', '.join(missing)} keyword")
-    bad = [p for p in declared(cls, "posteriors") if p not in POSTERIORS]
-    if bad:
-        problems.append(f"posteriors {bad} are not among {POSTERIORS}")
-    if problems:
-        raise UserError(f"{where}: {cls.__name__} does not meet the model contract "
-                        f"(docs/architecture.md): " + "; ".join(problems))
-
-
-def check_method(cls, method, family=None, where: str = "") -> None:
-    """Refuse a (model class, method) pair the model cannot train: a guide posterior it does
-    not offer, a family it does not support, a capability the method needs."""
-    name = cls.__name__
-    posteriors = declared(cls, "posteriors")
-    if method.posterior not in posteriors:
-        raise UserError(f"{where}method {method.name!r} needs the guide posterior "
-                        f"{method.posterior!r}, which {name} does not offer (its posteriors: "
-                        f"{', '.join(posteriors)})")
-    spec = method.family_spec
-    families = declared(cls, "families")
-    if families is None and spec.markov:
-        raise UserError(f"{where}method {method.name!r} samples a Markov chain of alignments "
-                        f"({spec.name}); {name} does not declare it in `families` (a chain needs "
-                        f"sequential sites, which pa.attend cannot write)")
-    if families is not None and spec.name not in families:
-        raise UserError(f"{where}method {method.name!r} uses the {spec.name!r} family; {name} "
-                        f"supports {', '.join(families)}")
-    for cap in method.requires:
-        member = {"soft-likelihood": "soft_token_log_likelihood"}[cap]
-        if not callable(getattr(cls, member, None)):
-            raise MissingCapability(f"{where}method {method.name!r} needs the capability "
-                                    f"{cap!r} ({CAPABILITIES[cap]}), which {name} does not have")
+                        f"ppl_attention.models.AlignmentModel, or for a NumPyro model "
+                        f"ppl_attention.numpyro.models.AlignmentModel; docs/architecture.md)")
+    refuse(cls, check_contract(cls, where), where)

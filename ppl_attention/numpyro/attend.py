@@ -10,10 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
+from ..core.records import AttendRecord, record, recording
 from ..errors import UserError
 from .families import Family, make_family
 
-__all__ = ["attend", "broadcast_source_mask"]
+__all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord", "FAMILY_PARAM"]
+
+#: the ``numpyro.param`` a family with parameters registers when ``attend`` is not given them
+FAMILY_PARAM = "family"
 
 
 def _concrete(x) -> bool:
@@ -65,9 +69,13 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
     """Attend with a latent alignment written as the NumPyro sample site ``name``.
 
     Arguments as :func:`ppl_attention.attend`, plus ``params``: the family's parameters (the
-    BAM contextual prior network), which torch keeps inside the family module. Returns
-    ``(context [..., T, dv], weights)``. The caller declares the plates (``numpyro.plate("batch",
-    B, dim=-2)``, ``numpyro.plate("target", T, dim=-1)``).
+    BAM contextual prior network, a Markov chain's jumps, a CRF's transitions), which torch
+    keeps inside the family module. Without them, a family that has parameters registers them
+    itself as ``numpyro.param("family", family.init)`` — one set per model, shared by its
+    sites, as a torch model's ``self.family`` is (a model with two such families passes
+    ``params=`` itself). Returns ``(context [..., T, dv], weights)``. The caller declares the
+    plates (``numpyro.plate("batch", B, dim=-2)``, ``numpyro.plate("target", T, dim=-1)``).
+    Under :func:`recording` the call is recorded (:class:`AttendRecord`).
     """
     family = make_family(family)
     if not isinstance(name, str) or not name:
@@ -80,6 +88,10 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
     elif keys.shape[-2] != scores.shape[-1]:
         raise UserError(f"keys {list(keys.shape)} and scores {list(scores.shape)} disagree on "
                          f"the source length S")
+    if params is None and family.has_parameters() and (not guide or family.deterministic):
+        if getattr(family, "key_dim", 0) is None:  # a BAM prior network sized by the keys
+            family.key_dim = keys.shape[-1]
+        params = numpyro.param(FAMILY_PARAM, family.init)
     if guide:
         fn = family.posterior(scores, mask, values=values, scale=scale)
     else:
@@ -88,6 +100,7 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
         weights = family.deterministic_weights(scores, mask, params)
         if not guide:
             numpyro.deterministic(name, weights)
+        record(name, guide, scores, mask, weights, None, family)
         return weights @ values, weights
     if target_mask is not None:
         target_mask = jnp.asarray(target_mask).astype(bool)
@@ -99,6 +112,7 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
         fn = fn.mask(target_mask)
     value = numpyro.sample(name, fn, infer=dict(infer) if infer else {})
     weights = family.weights(value, scores, mask)
+    record(name, guide, scores, mask, weights, value, family)
     if getattr(family, "normalizes", False):  # BAM: attention = S / Σ S, 0 where masked
         return weights @ values, weights
     return family.context(value, values), weights

@@ -9,6 +9,7 @@ torch side: ``scores [..., T, S]``, ``values [..., S, dv]``, ``mask [..., T, S]`
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import jax
@@ -71,7 +72,12 @@ class Family:
         return cfg
 
     def init(self, key) -> Params:
+        """Fresh parameters of the family (none for most)."""
         return {}
+
+    def has_parameters(self) -> bool:
+        """Does :meth:`init` make any (so that ``attend`` registers them)?"""
+        return False
 
     def deterministic_weights(self, scores, mask, params: Params | None = None):
         """Masked softmax unless the family says otherwise (SegmentCRF: its marginals)."""
@@ -158,6 +164,9 @@ class _BayesianAttention(Family):
 
     def _init_prior(self, cfg: dict, key_dim: int | None) -> None:
         self.prior_kind, self.d_mid, self.key_dim = cfg["prior"], cfg["d_mid"], key_dim
+
+    def has_parameters(self) -> bool:
+        return self.prior_kind == "contextual"
 
     def init(self, key) -> Params:
         if self.prior_kind == "constant":
@@ -282,6 +291,9 @@ class MarkovCategorical(Family):
         cfg = self._configure(max_jump=max_jump, max_back=max_back)
         self.max_jump, self.max_back = cfg["max_jump"], cfg["max_back"]
 
+    def has_parameters(self) -> bool:
+        return True
+
     def init(self, key) -> Params:
         return {"jump_logits": jnp.zeros(self.max_back + self.max_jump + 1)}
 
@@ -383,6 +395,9 @@ class SegmentCRF(Family):
 
     spec = FAMILY_SPECS["segment-crf"]
 
+    def has_parameters(self) -> bool:
+        return True
+
     def init(self, key) -> Params:
         return {"transitions": jnp.zeros((2, 2))}
 
@@ -448,21 +463,36 @@ FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dir
                                       LogNormal, GaussianContext, MarkovCategorical, SegmentCRF)}
 
 
-def make_family(family) -> Family:
-    """A family from an instance, a class, a registry name, or the torch-side instance (its
-    configuration is copied)."""
+def make_family(family=None, *, key_dim: int | None = None, **options) -> Family:
+    """A family from an instance (returned as is), a class or a registry name with
+    ``options`` (its parameters), or the torch-side instance (its configuration copied); None
+    gives Soft — the signature of :func:`ppl_attention.make_family`. ``key_dim``: the key size a
+    BAM family's contextual prior network reads (an instance without one gets it now; without
+    any, :func:`~ppl_attention.numpyro.attend` takes it from the keys it is given)."""
     if isinstance(family, Family):
+        if options:
+            raise UserError(f"family options {sorted(options)} given with a family instance; "
+                            f"pass the family's name or class instead")
+        if key_dim is not None and getattr(family, "key_dim", 0) is None:
+            family.key_dim = key_dim
         return family
-    if family is None:
-        return Soft()
-    if isinstance(family, type) and issubclass(family, Family):
-        return family()
-    if isinstance(family, str) and family in FAMILIES:
-        return FAMILIES[family]()
     if hasattr(family, "_config") and getattr(family, "name", None) in FAMILIES:
+        if options:
+            raise UserError(f"family options {sorted(options)} given with a family instance")
         return from_torch_family(family)  # the torch-side instance: same name and parameters
-    raise UserError(f"unknown family {family!r}; valid: a Family instance or one of "
-                    f"{', '.join(FAMILIES)}")
+    if family is None:
+        family = "soft"
+    if isinstance(family, str):
+        if family not in FAMILIES:
+            raise UserError(f"unknown family {family!r}; valid: a Family instance or one of "
+                            f"{', '.join(FAMILIES)}")
+        family = FAMILIES[family]
+    if not (isinstance(family, type) and issubclass(family, Family)):
+        raise UserError(f"unknown family {family!r}; valid: a Family instance or one of "
+                        f"{', '.join(FAMILIES)}")
+    if key_dim is not None and "key_dim" in inspect.signature(family).parameters:
+        options["key_dim"] = key_dim
+    return family(**options)
 
 
 def from_torch_family(family) -> Family:

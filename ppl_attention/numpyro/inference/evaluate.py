@@ -1,7 +1,9 @@
-"""Evaluation under NumPyro: the quantities of :mod:`ppl_attention.inference.evaluate` (exact
-NLL/token by enumeration for soft and categorical models, an IWAE bound otherwise, ELBO/token,
-MAP alignments) computed by the NumPyro twin of a run's model, jitted. ``evaluate(run, …,
-backend="numpyro")`` assembles the same report from these."""
+"""Evaluation under NumPyro: the quantities of :mod:`ppl_attention.inference.evaluate` — exact
+NLL/token where the model has the ``exact-likelihood`` capability, an IWAE-K bound otherwise,
+ELBO/token, MAP alignments — computed through the NumPyro contract alone, jitted, for a NumPyro
+model's run (its param map) or a Pyro model's run through its NumPyro twin (the weights moved by
+name). ``evaluate(run, …, backend="numpyro")`` assembles the same report from these.
+"""
 
 from __future__ import annotations
 
@@ -13,195 +15,200 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
+from ...contract import capabilities, declared
+from ...core.records import recording
 from ...errors import UserError
-from ...models.base import declared
+from ...inference.evaluate import guide_posterior
 from ..batching import to_jax
-from ..nn import from_torch, sub
+from ..models.base import exact_posterior, exact_token_log_likelihood, is_numpyro_model
 from .methods import enumerated_guide_loss, get_method, make_elbo
+from .twins import parameter_pairs, params_from_torch, twin_of
+
+__all__ = ["MULTIPLE", "model_and_params", "nll_per_token", "elbo_per_token",
+           "map_alignments", "alignment_links", "log_importance_weights", "jitted",
+           "jax_batches"]
 
 MULTIPLE = "bucket"  # S and T padded up to a few bucket lengths: few shapes, few compilations
 
 
-def twin_class(model_class):
-    """The NumPyro twin a model class declares (``numpyro_twin = "module:Class"``)."""
-    target = declared(model_class, "numpyro_twin")
-    if not target:
-        raise UserError(f"{model_class.__name__} has no NumPyro twin (declare numpyro_twin = "
-                        f"'module:Class' of one; docs/architecture.md): use --backend pyro")
-    module, _, name = target.partition(":")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
-
-
-def twin_of(torch_model, training: bool = False):
-    """(twin, params): the NumPyro twin of a torch model and its weights (``training``: the twin
-    that trains, which refuses what it cannot train)."""
-    cls = twin_class(type(torch_model))
-    if training:
-        return cls.from_torch(torch_model, training=True)
-    return cls.from_torch(torch_model)
+def model_and_params(run, batch=None, params=None):
+    """(NumPyro model, param map) of a run: a NumPyro model's own, or the twin of a Pyro model
+    with the run's current weights (``params``: other weights, e.g. mid-training)."""
+    if is_numpyro_model(run.model):
+        return run.model, (run.params if params is None else params)
+    cache = run.__dict__.setdefault("_numpyro_twin", {})
+    if "twin" not in cache:
+        if batch is None:
+            raise UserError("the NumPyro twin is built on a batch")
+        twin, p = twin_of(run.model, batch)
+        cache.update(twin=twin, template=p, pairs=parameter_pairs(twin, p, run.model))
+    if params is None:
+        params = params_from_torch(cache["twin"], cache["template"], run.model, cache["pairs"])
+    return cache["twin"], params
 
 
-class Twin:
-    """A run's model under NumPyro: the twin network, its weights and jitted functions."""
-
-    def __init__(self, run, params=None):
-        self.model, p = twin_of(run.model)
-        self.params = p if params is None else params
-        self.method = run.method
-        # the Markov family is exact and enumerable: evaluated as a categorical one
-        fam = self.model.family
-        self.kind = ("soft" if fam.deterministic else
-                     "categorical" if self.model.markov else fam.name)
-        spec = get_method(run.method) if run.method in _numpyro_methods() else None
-        self.posterior = "inference"
-        if spec is not None and spec.posterior != "none":
-            self.posterior = spec.posterior
-        self.analytic_kl = spec is not None and spec.elbo_name == "TraceMeanField_ELBO"
-
-    @functools.cached_property
-    def token_log_likelihood(self):
-        m = self.model
-        fn = m.soft_token_log_likelihood if self.kind == "soft" else m.exact_token_log_likelihood
-        return jax.jit(fn)
-
-    @functools.cached_property
-    def exact_posterior(self):
-        return jax.jit(self.model.exact_posterior)
-
-    @functools.cached_property
-    def prior_scores(self):
-        m = self.model
-
-        def scores(params, b):
-            H = m.encode(params, b.src, b.src_mask)
-            return m.decode(params, H, b.src_mask, b.tgt_in)[1]
-
-        return jax.jit(scores)
-
-    @functools.cached_property
-    def guide_scores(self):
-        m = self.model
-
-        def scores(params, b):
-            H = m.encode(params, b.src, b.src_mask)
-            if self.posterior == "inference":
-                return m.inference_scores(params, b, H)
-            return m.decode(params, H, b.src_mask, b.tgt_in)[1]
-
-        return jax.jit(scores)
-
-    def _guide(self, b, **kw):
-        return self.model.guide(b, posterior=self.posterior, **kw)
-
-    @functools.cached_property
-    def iwae(self):
-        """(params, batch, keys [K]) → log (1/K) Σ_k p(y, z_k | x)/q(z_k | x, y) per pair."""
-        m = self
-
-        def log_weight(params, b, key):
-            sub = {m.model.param_name: params}
-            g = handlers.trace(handlers.seed(handlers.substitute(m._guide, data=sub), key)
-                               ).get_trace(b)
-            mt = handlers.trace(handlers.replay(handlers.substitute(m.model.model, data=sub), g)
-                                ).get_trace(b)
-            lw = 0.0
-            for trace, sign in ((mt, 1.0), (g, -1.0)):
-                for site in trace.values():
-                    if site["type"] == "sample":
-                        lw = lw + sign * site["fn"].log_prob(site["value"]).sum(-1)
-            return lw
-
-        def iwae(params, b, keys):
-            lw = jax.vmap(lambda k: log_weight(params, b, k))(keys)
-            return jax.nn.logsumexp(lw, 0) - math.log(keys.shape[0])
-
-        return jax.jit(iwae)
-
-    @functools.cached_property
-    def elbo_loss(self):
-        """(params, batch, key) → −ELBO summed over the batch, KL weight 1."""
-        m = self
-        if self.kind == "categorical":
-            def loss(params, b, key):
-                return enumerated_guide_loss(key, params, m.model.model, m._guide, b,
-                                             m.model.param_name)
-        else:
-            elbo = make_elbo("TraceMeanField_ELBO" if self.analytic_kl else "Trace_ELBO")
-
-            def loss(params, b, key):
-                return elbo.loss(key, {m.model.param_name: params}, m.model.model, m._guide, b)
-        return jax.jit(loss)
+def jitted(model, name: str, build):
+    """``build()`` jitted once per model object and name."""
+    store = model.__dict__.setdefault("_jitted", {})
+    if name not in store:
+        store[name] = jax.jit(build())
+    return store[name]
 
 
-@functools.lru_cache(maxsize=1)
-def _numpyro_methods():
-    from .methods import METHODS
-
-    return frozenset(METHODS)
-
-
-def twin(run, params=None) -> Twin:
-    """The run's :class:`Twin` (jitted functions cached on the run) with the weights
-    ``params``, or the run's model's current weights."""
-    t = getattr(run, "_numpyro_twin", None)
-    if t is None or t.method != run.method:
-        t = Twin(run)
-        run._numpyro_twin = t
-    t.params = from_torch(run.model.state_dict()) if params is None else params
-    return t
-
-
-def _jax_batches(batches):
+def jax_batches(batches):
     rows = max(b.size for b in batches)
     return [to_jax(b, rows, MULTIPLE) for b in batches]
 
 
+def _batch_dim(trace) -> int | None:
+    for site in trace.values():
+        for frame in site.get("cond_indep_stack", ()):
+            if frame.name == "batch":
+                return frame.dim
+    return None
+
+
+def _per_pair(trace, B: int):
+    """Σ of the log-densities of ``trace``'s sample sites per pair ``[B]`` (every dim right of
+    the ``batch`` plate summed)."""
+    dim = _batch_dim(trace)
+    total = jnp.zeros(B)
+    for name, site in trace.items():
+        if site["type"] != "sample":
+            continue
+        lp = site["fn"].log_prob(site["value"])
+        if dim is None or lp.ndim < -dim or lp.shape[dim] != B:
+            raise UserError(f"site {name!r} is not under the plate 'batch' of size {B} "
+                            f"(log-density shape {list(lp.shape)}); per-pair importance weights "
+                            f"need every site inside numpyro.plate('batch', B)")
+        right = tuple(range(lp.ndim + dim + 1, lp.ndim))
+        lp = lp.sum(right) if right else lp
+        total = total + lp.reshape(-1, B).sum(0)
+    return total
+
+
+def log_importance_weights(model, posterior: str):
+    """(params, batch, key) → log p(y, z | x) − log q(z | x, y) per pair ``[B]`` for one draw
+    z ~ q (KL weight 1)."""
+    def log_weight(params, b, key):
+        guide = functools.partial(model.guide, posterior=posterior)
+        g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), key)
+                           ).get_trace(b)
+        mt = handlers.trace(handlers.seed(handlers.replay(
+            handlers.substitute(model.model, data=params), g), key)).get_trace(b)
+        B = b.tgt_out.shape[0]
+        return _per_pair(mt, B) - _per_pair(g, B)
+    return log_weight
+
+
+def _iwae(model, posterior):
+    lw = log_importance_weights(model, posterior)
+
+    def build():
+        def iwae(params, b, keys):
+            w = jax.vmap(lambda k: lw(params, b, k))(keys)
+            return jax.nn.logsumexp(w, 0) - math.log(keys.shape[0])
+        return iwae
+    return jitted(model, f"iwae-{posterior}", build)
+
+
+def _exact_ll(model):
+    return jitted(model, "exact_ll",
+                  lambda: functools.partial(exact_token_log_likelihood, model))
+
+
 def nll_per_token(run, batches, iwae_k: int = 10, seed: int = 0, params=None) -> float:
-    t = twin(run, params)
+    jb = jax_batches(batches)
+    model, p = model_and_params(run, jb[0], params)
+    exact = "exact-likelihood" in capabilities(model)
+    post = guide_posterior(run)
     total, n = 0.0, 0
     key = jax.random.PRNGKey(seed)
-    for b, jb in zip(batches, _jax_batches(batches)):
-        if t.kind in ("soft", "categorical"):
-            total -= float(t.token_log_likelihood(t.params, jb).sum())
+    for b, j in zip(batches, jb):
+        if exact:
+            total -= float(_exact_ll(model)(p, j).sum())
         else:
             key, k = jax.random.split(key)
-            total -= float(t.iwae(t.params, jb, jax.random.split(k, iwae_k))[: b.size].sum())
+            total -= float(_iwae(model, post)(p, j, jax.random.split(k, iwae_k))[: b.size].sum())
         n += b.n_tokens
     return total / n
 
 
+def _elbo_loss(model, posterior: str, analytic: bool):
+    fam = model.family
+    site = declared(model, "site")
+
+    def build():
+        guide = functools.partial(model.guide, posterior=posterior)
+        if fam.enumerable:
+            def loss(params, b, key):
+                return enumerated_guide_loss(key, params, model.model, guide, b, site)
+        else:
+            elbo = make_elbo("TraceMeanField_ELBO" if analytic else "Trace_ELBO")
+
+            def loss(params, b, key):
+                return elbo.loss(key, params, model.model, guide, b)
+        return loss
+    return jitted(model, f"elbo-{posterior}-{analytic}", build)
+
+
 def elbo_per_token(run, batches, samples: int = 5, seed: int = 0) -> float:
-    t = twin(run)
-    spec = get_method(run.method) if run.method in _numpyro_methods() else None
-    if t.kind == "soft" or spec is None or spec.posterior == "none":
+    """The ELBO of the trained (model, guide) pair with KL weight 1: exact (enumerated) for
+    categorical guides, a mean of ``samples`` estimates otherwise; exact methods (no guide)
+    report log p itself."""
+    m = get_method(run.method)
+    jb = jax_batches(batches)
+    model, p = model_and_params(run, jb[0])
+    if model.family.deterministic or m.posterior == "none":
         return -nll_per_token(run, batches)
-    reps = 1 if t.kind == "categorical" else samples
+    loss = _elbo_loss(model, m.posterior, m.elbo_name == "TraceMeanField_ELBO")
+    reps = 1 if model.family.enumerable else samples
     key = jax.random.PRNGKey(seed)
     total, n = 0.0, 0
-    for b, jb in zip(batches, _jax_batches(batches)):
+    for b, j in zip(batches, jb):
         for _ in range(reps):
             key, k = jax.random.split(key)
-            total += float(t.elbo_loss(t.params, jb, k)) / reps
+            total += float(loss(p, j, k)) / reps
         n += b.n_tokens
     return -total / n
 
 
+def _recorded(model, program: str, posterior: str | None, what: str):
+    """Jitted (params, batch) → the ``what`` of the alignment site's ``attend`` call when
+    ``program`` runs (the scores and mask, or the weights)."""
+    site = declared(model, "site")
+
+    def build():
+        def fn(params, b):
+            prog = model.model if program == "model" else \
+                functools.partial(model.guide, posterior=posterior)
+            with recording() as calls:
+                handlers.seed(handlers.substitute(prog, data=params), 0)(b)
+            call = next((c for c in calls if c.name == site), None)
+            if call is None:
+                raise UserError(f"no pa.numpyro.attend call wrote the site {site!r} (declare "
+                                f"the model's `site`)")
+            if what == "weights":
+                return call.weights
+            return jnp.where(call.mask, call.scores, -jnp.inf)
+        return fn
+    return jitted(model, f"recorded-{program}-{posterior}-{what}", build)
+
+
 def map_alignments(run, batch) -> np.ndarray:
-    """argmax_j p(z_t = j | x, y) (exact) for categorical models, of the attention weights for
-    soft, of q's mean weights (its scores' argmax) otherwise; ``[B, T]``."""
-    t = twin(run)
+    """The alignment of each target token ``[B, T]``, as the Pyro side defines it: argmax of the
+    exact posterior where the model has one, of the attention weights for a deterministic
+    family, of q's scores (its mean weights' argmax) otherwise."""
     jb = to_jax(batch, None, MULTIPLE)
-    B, S = batch.src.shape
-    T = batch.tgt_out.shape[1]
-    if t.kind == "categorical":
-        a = t.exact_posterior(t.params, jb)
-    elif t.kind == "soft":
-        a = t.model.family.deterministic_weights(t.prior_scores(t.params, jb), jb.src_mask[:, None],
-                                                 sub(t.params, "family"))
+    model, p = model_and_params(run, jb)
+    B, T = batch.tgt_out.shape
+    if "exact-posterior" in capabilities(model):
+        a = jitted(model, "exact_posterior",
+                   lambda: functools.partial(exact_posterior, model))(p, jb)
+    elif model.family.deterministic:
+        a = _recorded(model, "model", None, "weights")(p, jb)
     else:
-        a = jnp.where(jb.src_mask[:, None], t.guide_scores(t.params, jb), -jnp.inf)
+        a = _recorded(model, "guide", guide_posterior(run), "scores")(p, jb)
     return np.asarray(jnp.argmax(a, -1))[:B, :T]
 
 

@@ -1,105 +1,163 @@
-"""Training under NumPyro: the loop of :func:`ppl_attention.inference.fit` (same batch order,
-Adam with torch's update rule, global-norm clipping at ``clip``, the same lr schedules,
-validation, best weights kept) with the whole SVI step under ``jax.jit``. It takes and returns
-the same objects (a torch model holding the configuration and initial weights; a
-:class:`~ppl_attention.inference.run.Run`), so a run trained here is saved, loaded and evaluated
-by either backend.
+"""Training under NumPyro: the loop of :func:`ppl_attention.inference.fit` — the same batch
+order, the model's training defaults, the lr schedules and KL annealing of
+:mod:`ppl_attention.core.schedules`, validation with the best weights kept, periodic
+checkpoints and ``--resume`` with the identical next loss — with the whole SVI step under
+``jax.jit`` and the optimizer from ``optax`` (global-norm clipping, Adam's L2 weight decay,
+Adam; the learning rate of the step multiplies Adam's update, as torch's Adam applies it).
+
+It trains a NumPyro model (:mod:`ppl_attention.numpyro.models.base`: parameters found from its
+programs) or the NumPyro twin of a Pyro model (weights moved by name,
+:mod:`.twins`), and returns a :class:`~ppl_attention.inference.run.Run`: for a NumPyro model its
+param map (``run.params``), for a twin the Pyro model holding the trained weights — so a twin's
+run is evaluated by either backend.
+
+XLA compiles the step once per padded batch shape (:mod:`ppl_attention.numpyro.batching`);
+JAX's persistent compilation cache (:func:`enable_compilation_cache`) keeps the compiled steps
+between runs, so another seed, a resume or the next job of a sweep loads them instead.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
+from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+import optax
+from numpyro import handlers
 from tqdm.auto import tqdm
 
+from ...contract import check_method, declared
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...errors import UserError
 from ...inference.fit import training_options
 from ...inference.run import Run
 from ..batching import to_jax
-from ..nn import to_torch
-from .evaluate import MULTIPLE, nll_per_token, twin_of
+from ..models.base import (
+    constrain,
+    exact_token_log_likelihood,
+    init_params,
+    is_numpyro_model,
+    soft_token_log_likelihood,
+    unconstrain,
+)
+from .evaluate import MULTIPLE, nll_per_token
 from .methods import enumerated_guide_loss, get_method, score_function_loss
+from .twins import parameter_pairs, state_dict_from_params, twin_of
+
+__all__ = ["fit", "make_loss", "make_step", "optimizer", "data_parallel",
+           "enable_compilation_cache", "CACHE_ENV"]
+
+#: environment variable: ``off`` disables the persistent compilation cache, a path moves it
+CACHE_ENV = "PPL_ATTENTION_JAX_CACHE"
 
 
-def adam_init(params):
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    return {"m": zeros, "v": zeros, "t": jnp.zeros((), jnp.int32)}
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ppl_attention" / "jax"
 
 
-def adam_update(params, grads, state, lr, b1=0.9, b2=0.999, eps=1e-8):
-    """torch.optim.Adam's update (bias corrections folded as torch does)."""
-    t = state["t"] + 1
-    m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
-    v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
-    bc1, bc2 = 1 - b1**t, 1 - b2**t
-    new = jax.tree.map(lambda p, m, v: p - (lr / bc1) * m / (jnp.sqrt(v) / jnp.sqrt(bc2) + eps),
-                       params, m, v)
-    return new, {"m": m, "v": v, "t": t}
+@functools.cache
+def enable_compilation_cache() -> str | None:
+    """Turn on JAX's persistent compilation cache in the user's cache directory
+    (``$XDG_CACHE_HOME/ppl_attention/jax``, else ``~/.cache/ppl_attention/jax``), or in the
+    directory ``$PPL_ATTENTION_JAX_CACHE`` names; ``PPL_ATTENTION_JAX_CACHE=off`` leaves it
+    off. Returns the directory used (None: off). Compilations under half a second are not
+    kept."""
+    setting = os.environ.get(CACHE_ENV, "").strip()
+    if setting.lower() in ("0", "off", "no", "false", "none"):
+        return None
+    path = Path(setting).expanduser() if setting else default_cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{CACHE_ENV}: cannot use {path} as JAX's compilation cache ({e}); "
+                        f"set {CACHE_ENV}=off to train without it") from None
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return str(path)
 
 
-def clip_grad_norm(grads, max_norm):
-    """torch.nn.utils.clip_grad_norm_: scale by max_norm / (‖g‖₂ + 1e-6) when that is < 1."""
-    norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
-    coef = jnp.minimum(max_norm / (norm + 1e-6), 1.0)
-    return jax.tree.map(lambda g: g * coef, grads)
+def optimizer(clip: float = 0.0, weight_decay: float = 0.0) -> optax.GradientTransformation:
+    """The direction of torch's Adam, as optax composes it: global-norm clipping at ``clip``
+    (0: none), Adam's L2 term ``weight_decay``·θ added to the gradient, Adam's scaling; the
+    step's learning rate multiplies the result (:func:`make_step`)."""
+    parts = []
+    if clip:
+        parts.append(optax.clip_by_global_norm(clip))
+    if weight_decay:
+        parts.append(optax.add_decayed_weights(weight_decay))
+    parts.append(optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8))
+    return optax.chain(*parts)
 
 
-def make_loss(model, method: str):
-    """(params, key, batch, kl_scale) → (loss to differentiate, −ELBO), summed over the batch."""
+def make_loss(model, method: str, site: str | None = None, draws=None):
+    """(params, key, batch, kl_scale, step_kwargs) → (loss to differentiate, −ELBO), summed
+    over the batch; ``params`` the model's param map — or, with ``site``, the value of that one
+    (pytree-valued) parameter, for differentiating with respect to it alone. ``draws``: the
+    alignment site's value in the guide, fixed (the loss and gradient at those draws)."""
+    if site is not None:
+        whole = make_loss(model, method, draws=draws)
+        return lambda value, *args: whole({site: value}, *args)
     m = get_method(method)
-    model_fn = functools.partial(model.model, enumerate_z=m.enumerate_model)
+    site = declared(model, "site")
     annealed = m.anneal_rho is not None
 
-    def guide_fn(kl):
-        return functools.partial(model.guide, posterior=m.posterior,
-                                 enumerate_z=m.enumerate_guide, kl_scale=kl)
-
-    def mdl(kl):
-        return functools.partial(model_fn, kl_scale=kl)
+    def programs(kl, kw):
+        mdl = functools.partial(model.model, enumerate_z=m.enumerate_model, kl_scale=kl,
+                                **(kw or {}))
+        guide = model.guide if draws is None else \
+            handlers.substitute(model.guide, data={site: draws})
+        gd = functools.partial(guide, posterior=m.posterior, enumerate_z=m.enumerate_guide,
+                               kl_scale=kl, **(kw or {}))
+        return mdl, gd
 
     if m.loss_kind == "score-function":
-        def loss(params, key, batch, kl):
+        def loss(params, key, batch, kl=1.0, kw=None):
             base = 0.0
             if m.baseline == "soft":
-                base = jax.lax.stop_gradient(model.soft_token_log_likelihood(params, batch))
-            return score_function_loss(key, params, mdl(1.0), guide_fn(1.0), batch, base,
-                                       model.param_name)
+                base = jax.lax.stop_gradient(soft_token_log_likelihood(model, params, batch))
+            return score_function_loss(key, params, *programs(1.0, kw), batch, base, site)
     elif m.loss_kind == "exact-marginal":
-        def loss(params, key, batch, kl):
-            v = -model.exact_token_log_likelihood(params, batch).sum()
+        def loss(params, key, batch, kl=1.0, kw=None):
+            v = -exact_token_log_likelihood(model, params, batch).sum()
             return v, v
     elif m.loss_kind == "enumerated-guide":
-        def loss(params, key, batch, kl):
-            v = enumerated_guide_loss(key, params, mdl(1.0), guide_fn(1.0), batch,
-                                      model.param_name)
+        def loss(params, key, batch, kl=1.0, kw=None):
+            v = enumerated_guide_loss(key, params, *programs(1.0, kw), batch, site)
             return v, v
     else:
         elbo = m.elbo()
 
-        def loss(params, key, batch, kl):
-            kl = kl if annealed else 1.0
-            v = elbo.loss(key, {model.param_name: params}, mdl(kl), guide_fn(kl), batch)
+        def loss(params, key, batch, kl=1.0, kw=None):
+            v = elbo.loss(key, params, *programs(kl if annealed else 1.0, kw), batch)
             return v, v
     return loss
 
 
-def make_step(model, method: str, clip: float):
+def make_step(model, method: str, clip: float = 0.0, weight_decay: float = 0.0,
+              cons: dict | None = None):
+    """The jitted step ``(raw, opt, key, batch, n_tokens, lr, kl, kw) → (raw, opt, −ELBO per
+    token)`` on the optimizer's coordinates ``raw`` (the param map, constrained parameters
+    mapped to the real line by ``cons``); ``step.init(raw)`` makes the optimizer state."""
     loss = make_loss(model, method)
+    tx = optimizer(clip, weight_decay)
+    cons = cons or {}
 
     @jax.jit
-    def step(params, opt, key, batch, n_tokens, lr, kl):
-        (_, neg_elbo), grads = jax.value_and_grad(
-            lambda p: tuple(x / n_tokens for x in loss(p, key, batch, kl)), has_aux=True)(params)
-        if clip:
-            grads = clip_grad_norm(grads, clip)
-        params, opt = adam_update(params, grads, opt, lr)
-        return params, opt, neg_elbo
+    def step(raw, opt, key, batch, n_tokens, lr, kl, kw=None):
+        def per_token(r):
+            return tuple(x / n_tokens for x in loss(constrain(r, cons), key, batch, kl, kw))
 
+        (_, neg_elbo), grads = jax.value_and_grad(per_token, has_aux=True)(raw)
+        updates, opt = tx.update(grads, opt, raw)
+        raw = optax.apply_updates(raw, jax.tree.map(lambda u: -lr * u, updates))
+        return raw, opt, neg_elbo
+
+    step.init = tx.init
     return step
 
 
@@ -116,13 +174,31 @@ def data_parallel(devices: int, rows: int):
         raise UserError(f"--devices must be a positive int, got {devices!r}")
     if devices > len(present):
         raise UserError(f"--devices {devices}: only {len(present)} JAX device(s) present "
-                         f"({present[0].platform}); on CPU start with XLA_FLAGS="
-                         f"--xla_force_host_platform_device_count={devices}")
+                        f"({present[0].platform}); on CPU start with XLA_FLAGS="
+                        f"--xla_force_host_platform_device_count={devices}")
     if rows % devices:
         raise UserError(f"batch of {rows} rows does not split over --devices {devices}; choose "
-                         f"a --batch-size divisible by {devices}")
+                        f"a --batch-size divisible by {devices}")
     mesh = Mesh(np.array(present[:devices]), ("data",))
     return NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+
+
+def _restore_optimizer(opt, saved, where: str):
+    """The optimizer state ``opt`` (a fresh one, for its structure) with the leaves of a
+    saved state."""
+    leaves, treedef = jax.tree.flatten(opt)
+    saved = list(saved or [])
+    shapes = [np.shape(x) for x in leaves]
+    if len(saved) != len(leaves) or [np.shape(x) for x in saved] != shapes:
+        raise UserError(f"{where}: its optimizer state does not fit this model and method "
+                        f"({len(saved)} arrays saved, {len(leaves)} expected); train anew "
+                        f"without --resume")
+    return jax.tree.unflatten(treedef, [jax.numpy.asarray(x, dtype=np.asarray(leaf).dtype)
+                                        for x, leaf in zip(saved, leaves)])
+
+
+def _numpy(tree):
+    return jax.tree.map(lambda x: np.asarray(x), tree)
 
 
 def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, src_vocab=None,
@@ -132,14 +208,16 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         checkpoint_every: int | None = None, devices: int = 1, kl_weight: float | None = None,
         anneal_rho: float | None = None, weight_decay: float | None = None,
         model_spec: str | None = None) -> Run:
-    """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model`` is the torch model whose
-    configuration and initial weights the run starts from; its class declares the NumPyro twin
-    that trains (``numpyro_twin``). ``devices > 1``: data-parallel SVI, each batch sharded over
-    that many JAX devices (:func:`data_parallel`); the same global batch gives the same loss
-    and gradients."""
-    if resume is not None or checkpoint_every:
-        raise UserError("--resume and --checkpoint-every are supported by the pyro backend only")
+    """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model``: a NumPyro model (its
+    parameters initialised from the key of ``seed`` by running its programs) or a Pyro model
+    whose class declares a NumPyro twin (the twin trains from the Pyro model's weights).
+    ``resume``: a run loaded with ``which="last"`` — its weights, optimizer state and step;
+    batches and draws are functions of (seed, step), so the next loss is the one the
+    uninterrupted run would have had. ``checkpoint_every``: save ``out`` every N steps, marked
+    PARTIAL. ``devices > 1``: data-parallel SVI, each batch sharded over that many JAX devices
+    (:func:`data_parallel`); the same global batch gives the same loss and gradients."""
     m = get_method(method)
+    check_method(type(model), m)
     if anneal_rho is not None and m.anneal_rho is None:
         raise UserError(f"--anneal-rho sets the KL annealing of methods that anneal it "
                         f"(bam-weibull, bam-lognormal), not of {method}")
@@ -148,32 +226,69 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
                             weight_decay=weight_decay, clip=clip)
     steps, lr, lr_schedule, clip = opts["steps"], opts["lr"], opts["lr_schedule"], opts["clip"]
     valid_every, kl_weight, anneal_rho = opts["valid_every"], opts["kl_weight"], opts["anneal_rho"]
-    weight_decay = opts["weight_decay"]
-    if weight_decay:
-        raise UserError("--weight-decay: the NumPyro loop's Adam has no weight decay; use the "
-                        "pyro backend")
     if lr_schedule not in LR_SCHEDULES:
         raise UserError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     if not train:
         raise UserError("no training batches")
-    jm, params = twin_of(model, training=True)
+    enable_compilation_cache()
+    native = is_numpyro_model(model)
     rows = max(b.size for b in train)
     shard = data_parallel(devices, rows) if devices != 1 else None
     jtrain = [to_jax(b, rows, MULTIPLE) for b in train]
-    step_fn = make_step(jm, method, clip)
-    opt = adam_init(params)
+    step_args = getattr(model, "step_arguments", None)
+    kw0 = dict(step_args(0)) if callable(step_args) else None
+    if native:
+        jm = model
+        params, cons = init_params(jm, jtrain[0], jax.random.PRNGKey(seed), kw0)
+        if resume is not None:
+            params = jax.tree.map(jax.numpy.asarray, resume.params)
+    else:
+        jm, params = twin_of(model, jtrain[0], training=True)
+        cons = {}
+    pairs = None if native else parameter_pairs(jm, params, model)
+    step_fn = make_step(jm, method, clip, opts["weight_decay"], cons)
+    raw = unconstrain(params, cons)
+    opt = step_fn.init(raw)
+    if resume is not None:
+        opt = _restore_optimizer(opt, (resume.optimizer_state or {}).get("numpyro_leaves"),
+                                 "--resume")
     if shard is not None:
         jtrain = [jax.device_put(b, shard[0]) for b in jtrain]
-        params, opt = jax.device_put(params, shard[1]), jax.device_put(opt, shard[1])
-    run = Run(model, method, src_vocab, tgt_vocab, dict(config or {}), model_spec=model_spec)
+        raw, opt = jax.device_put(raw, shard[1]), jax.device_put(opt, shard[1])
+    run = resume or Run(model, method, src_vocab, tgt_vocab, dict(config or {}),
+                        model_spec=model_spec)
     run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every,
                       lr_schedule=lr_schedule, backend="numpyro", devices=devices,
-                      kl_weight=kl_weight,
+                      kl_weight=kl_weight, weight_decay=opts["weight_decay"],
                       **({"anneal_rho": anneal_rho or m.anneal_rho}
                          if m.anneal_rho is not None else {}))
+    start = run.step if resume is not None else 0
     base_key = jax.random.PRNGKey(seed)
-    best, best_params = float("inf"), None
-    bar = tqdm(range(steps), disable=not progress, desc=f"{method} [numpyro]", leave=False)
+    best = run.extra.get("best_valid", float("inf"))
+    trained_before = run.extra.get("train_seconds", 0.0)
+    compile_before = run.extra.get("compile_seconds", 0.0)
+
+    def current():
+        return constrain(raw, cons)
+
+    def keep(params_now):
+        """The weights to keep as the run's: the param map, or the Pyro model's state."""
+        if native:
+            return _numpy(params_now)
+        return state_dict_from_params(jm, params_now, model, pairs)
+
+    def snapshot(step: int) -> None:
+        run.step = step
+        run.extra.update(best_valid=best, train_seconds=trained_before + time.perf_counter() - t0,
+                         compile_seconds=compile_before + compile_s,
+                         compilations=int(step_fn._cache_size()))
+        run.optimizer_state = {"numpyro_leaves": [np.asarray(x) for x in jax.tree.leaves(opt)]}
+        if native:
+            run.params = keep(current())
+        else:
+            model.load_state_dict(keep(current()))
+
+    bar = tqdm(range(start, steps), disable=not progress, desc=f"{method} [numpyro]", leave=False)
     t0, tokens, compile_s = time.perf_counter(), 0, 0.0
     for step in bar:
         epoch, pos = divmod(step, len(train))
@@ -181,30 +296,36 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         n_tok = train[i].n_tokens
         compiled_before = step_fn._cache_size()
         t_step = time.perf_counter()
-        params, opt, neg_elbo = step_fn(params, opt, jax.random.fold_in(base_key, step),
-                                        jtrain[i], float(n_tok),
-                                        lr * LR_SCHEDULES[lr_schedule](step, steps),
-                                        m.kl_scale(step, kl_weight, anneal_rho))
+        kw = dict(step_args(step)) if callable(step_args) else None
+        raw, opt, neg_elbo = step_fn(raw, opt, jax.random.fold_in(base_key, step), jtrain[i],
+                                     float(n_tok), lr * LR_SCHEDULES[lr_schedule](step, steps),
+                                     m.kl_scale(step, kl_weight, anneal_rho), kw)
         loss = float(neg_elbo)
         if step_fn._cache_size() > compiled_before:  # this step compiled a new batch shape
             compile_s += time.perf_counter() - t_step
         tokens += n_tok
         record = {"step": step + 1, "train_loss": loss}
+        kl = m.kl_scale(step, kl_weight, anneal_rho)
+        if kl != 1.0:
+            record["kl_weight"] = kl
         if valid and ((step + 1) % valid_every == 0 or step + 1 == steps):
-            record["valid_nll"] = v = nll_per_token(run, valid, params=params)
+            now = current()
+            record["valid_nll"] = v = nll_per_token(run, valid, params=now)
             if v < best:
-                best, best_params = v, params
+                best = v
+                run.extra["best_model"] = keep(now)
                 run.extra["best_step"] = step + 1
         run.history.append(record)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}")
-    run.step = steps
-    run.extra.update(best_valid=best, ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps),
-                     compilations=int(step_fn._cache_size()), compile_seconds=compile_s,
+        if out is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 \
+                and step + 1 < steps:
+            snapshot(step + 1)
+            run.save(out, complete=False)
+    snapshot(steps)
+    run.extra.update(ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps - start),
                      shapes=len({(b.src.shape, b.tgt_out.shape) for b in jtrain}))
-    if best_params is not None:
-        run.extra["best_model"] = to_torch(best_params)
-    model.load_state_dict(to_torch(params))
-    model.eval()
+    if not native:
+        model.eval()
     if out is not None:
         run.save(out)
     return run

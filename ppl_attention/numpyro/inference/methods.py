@@ -121,23 +121,44 @@ def _site_terms(trace, name):
     return lp * site["scale"] if site.get("scale") is not None else lp
 
 
-def score_function_loss(rng_key, params, model, guide, batch, baseline,
-                        param_name: str = "seq2seq"):
-    """(surrogate loss, −ELBO), both summed over the batch, for a sampled categorical guide.
+def _token_terms(trace, batch, skip: str | None = None):
+    """Σ of the log-densities of ``trace``'s sample sites (all but ``skip``), each of which
+    must broadcast to the tokens ``[..., B, T]`` — the per-token cost the score-function and
+    enumerated-guide losses take (the z_t of one site under the target plate are conditionally
+    independent given x and y)."""
+    B, T = batch.tgt_out.shape
+    total = 0.0
+    for name, site in trace.items():
+        if site["type"] != "sample" or name == skip:
+            continue
+        lp = _site_terms(trace, name)
+        if lp.ndim < 2 or tuple(lp.shape[-2:]) not in ((B, T), (1, T), (B, 1), (1, 1)):
+            raise UserError(f"site {name!r} has log-density of shape {list(lp.shape)}; this "
+                            f"loss needs every site of the model under the [batch, target] = "
+                            f"[{B}, {T}] plates")
+        total = total + lp
+    return total
 
-    Per token, ℓ_t = log p(y_t | z_t) + log p(z_t | ·) − log q(z_t | ·) (the z_t are
-    conditionally independent given x, y, so ℓ_t is z_t's whole downstream cost, as Pyro's
-    TraceGraph_ELBO computes it under the target plate). The surrogate is Pyro's:
-    −Σ_t [log p(y_t | z_t) + log p(z_t | ·) + stop_grad(ℓ_t − b_t) · log q(z_t)] — the REINFORCE
-    gradient with baseline b; like TraceGraph_ELBO it leaves out the term −∇ log q(z_t) at the
-    drawn z_t (zero in expectation), so both backends give the same gradient at the same draw.
+
+def score_function_loss(rng_key, params, model, guide, batch, baseline, site: str = "align"):
+    """(surrogate loss, −ELBO), both summed over the batch, for a sampled categorical guide
+    site ``site``; ``params`` the param map, ``model`` / ``guide`` the programs with the
+    method's switches bound.
+
+    Per token, ℓ_t = log p(y_t | z_t) + log p(z_t | ·) − log q(z_t | ·) (every model site at
+    token t; the z_t are conditionally independent given x, y, so ℓ_t is z_t's whole
+    downstream cost, as Pyro's TraceGraph_ELBO computes it under the target plate). The
+    surrogate is Pyro's: −Σ_t [log p(y_t, z_t | ·) + stop_grad(ℓ_t − b_t) · log q(z_t)] — the
+    REINFORCE gradient with baseline b; like TraceGraph_ELBO it leaves out the term −∇ log
+    q(z_t) at the drawn z_t (zero in expectation), so both backends give the same gradient at
+    the same draw.
     """
-    sub = {param_name: params}
-    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=sub), rng_key)).get_trace(
-        batch)
-    m = handlers.trace(handlers.replay(handlers.substitute(model, data=sub), g)).get_trace(batch)
-    log_q = _site_terms(g, "align")
-    log_p = _site_terms(m, "y") + _site_terms(m, "align")
+    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
+                       ).get_trace(batch)
+    m = handlers.trace(handlers.seed(handlers.replay(handlers.substitute(model, data=params), g),
+                                     rng_key)).get_trace(batch)
+    log_q = _site_terms(g, site)
+    log_p = _token_terms(m, batch)
     elbo_t = log_p - log_q
     mask = batch.tgt_mask
     cost = jax.lax.stop_gradient(jnp.where(mask, elbo_t - baseline, 0.0))
@@ -145,22 +166,21 @@ def score_function_loss(rng_key, params, model, guide, batch, baseline,
     return -surrogate, -jnp.where(mask, elbo_t, 0.0).sum()
 
 
-def enumerated_guide_loss(rng_key, params, model, guide, batch, param_name: str = "seq2seq"):
+def enumerated_guide_loss(rng_key, params, model, guide, batch, site: str = "align"):
     """−Σ_{b,t} Σ_j q(z_t = j)[log p(y_t | z_t = j) + log p(z_t = j) − log q(z_t = j)]: the exact
-    ELBO of a categorical guide, summed over the batch (Pyro: TraceEnum_ELBO with the guide
-    site enumerated). The model is run once with z = every source position, broadcast on a new
-    leftmost dim, exactly as parallel enumeration does."""
-    sub = {param_name: params}
-    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=sub), rng_key)).get_trace(
-        batch)
+    ELBO of a categorical guide site ``site``, summed over the batch (Pyro: TraceEnum_ELBO with
+    the guide site enumerated). The model is run once with z = every source position,
+    broadcast on a new leftmost dim, exactly as parallel enumeration does."""
+    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
+                       ).get_trace(batch)
     S = batch.src.shape[-1]
     support = jnp.arange(S).reshape(S, 1, 1)
-    conditioned = handlers.condition(handlers.substitute(model, data=sub), data={"align": support})
+    conditioned = handlers.condition(handlers.substitute(model, data=params), data={site: support})
     m = handlers.trace(handlers.seed(conditioned, rng_key)).get_trace(batch)
-    q_site = g["align"]
+    q_site = g[site]
     log_q = q_site["fn"].log_prob(support)
     q = jnp.exp(log_q)
     if q_site.get("scale") is not None:
         log_q = log_q * q_site["scale"]
-    terms = q * (_site_terms(m, "y") + _site_terms(m, "align") - log_q)
+    terms = q * (_token_terms(m, batch) - log_q)
     return -jnp.where(batch.tgt_mask, terms.sum(0), 0.0).sum()

@@ -1,6 +1,9 @@
-"""The NumPyro mirror of the model collection."""
+"""The NumPyro model contract (:mod:`.base`: ``AlignmentModel`` and the generic members derived
+from a program) and the NumPyro side of the model collection."""
 
+from .base import AlignmentModel, capabilities, init_params
 from .seq2seq import SITE, Seq2SeqAlignment
 from .seq_vae import AttentionSeqVAE
 
-__all__ = ["AttentionSeqVAE", "Seq2SeqAlignment", "SITE"]
+__all__ = ["AlignmentModel", "AttentionSeqVAE", "Seq2SeqAlignment", "SITE", "capabilities",
+           "init_params"]

@@ -4,7 +4,13 @@ docstring for the maths), as pure JAX functions of a parameter dict keyed like t
 
 ``m, params = Seq2SeqAlignment.from_torch(torch_model)`` gives the twin of a trained torch model;
 ``m.init_params(key)`` fresh weights. The programs read their weights from
-``numpyro.param("seq2seq", …)``, one pytree-valued parameter.
+``numpyro.param("seq2seq", …)``, one pytree-valued parameter keyed like the torch
+``state_dict()`` (so the weight transfer between the twins matches names as they are).
+
+It meets the NumPyro model contract (:mod:`.base`): ``model``/``guide`` with the contract's
+switches, and the capability members ``exact_token_log_likelihood(batch)`` … reading the
+parameter; their pure-function forms ``exact_token_log_likelihood_of(params, batch)`` …
+(``params`` the flat dict) are what those members and the benchmarks call.
 """
 
 from __future__ import annotations
@@ -19,9 +25,17 @@ from numpyro import handlers
 
 from ...errors import UserError
 from ..attend import attend
-from ..families import Categorical, Family, GaussianContext, from_torch_family, masked_softmax
+from ..families import (
+    FAMILIES,
+    Categorical,
+    Family,
+    GaussianContext,
+    from_torch_family,
+    masked_softmax,
+)
 from ..nn import Params, bilstm, from_torch, gates, init_linear, linear, lstm_update, sub
 from ..scores import BilinearScore, make_score
+from .base import AlignmentModel
 
 __all__ = ["Seq2SeqAlignment", "SITE"]
 
@@ -44,11 +58,12 @@ def _init_lstm(key, prefix, d_in, hidden, suffixes):
     return p
 
 
-class Seq2SeqAlignment:
+class Seq2SeqAlignment(AlignmentModel):
     """Same constructor as the torch model (``dropout`` must be 0 here: the mirror trains and
     evaluates without it)."""
 
     param_name = "seq2seq"  # the one pytree-valued numpyro.param of model and guide
+    families = tuple(FAMILIES)
 
     def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 64, embed: int | None = None,
                  score: str = "additive", family: Family | None = None, dropout: float = 0.0,
@@ -81,6 +96,12 @@ class Seq2SeqAlignment:
         m = cls(family=from_torch_family(torch_model.family), **config)
         m.params = from_torch(torch_model.state_dict())
         return m, m.params
+
+    def _param(self) -> Params:
+        """The one parameter of the programs: the weights set by :meth:`from_torch` or
+        :meth:`init_params`, else fresh ones from the seed's key."""
+        return numpyro.param(self.param_name,
+                             self.params if self.params is not None else self.init_params)
 
     def init_params(self, key) -> Params:
         c, h, e = self.config, self.hidden, self.embed
@@ -171,18 +192,18 @@ class Seq2SeqAlignment:
         return self.family.alignment_distribution(e, batch.src_mask, emis, batch.tgt_mask,
                                                   sub(params, "family"), method)
 
-    def exact_token_log_likelihood(self, params: Params, batch):
+    def exact_token_log_likelihood_of(self, params: Params, batch):
         """log p(y_t | x, y<t) ``[B, T]``, 0 on padding (the forward algorithm for the Markov
         family; the likelihood as it stands for a deterministic family)."""
         if self.family.deterministic:
-            return self.soft_token_log_likelihood(params, batch)
+            return self.soft_token_log_likelihood_of(params, batch)
         if self.markov:
             return self.alignment_chain(params, batch).token_log_likelihood()
         log_prior, emis = self.prior_and_emissions(params, batch)
         ll = jax.nn.logsumexp(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
         return jnp.where(batch.tgt_mask, ll, 0.0)
 
-    def exact_posterior(self, params: Params, batch):
+    def exact_posterior_of(self, params: Params, batch):
         """p(z_t = j | x, y) ``[B, T, S]``; for the Markov family the forward–backward marginals
         as ∂ log p(y | x) / ∂ log p(y_t | z_t = j) (as on the torch side)."""
         if self.markov:
@@ -190,7 +211,7 @@ class Seq2SeqAlignment:
         log_prior, emis = self.prior_and_emissions(params, batch)
         return jax.nn.softmax(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
 
-    def soft_token_log_likelihood(self, params: Params, batch):
+    def soft_token_log_likelihood_of(self, params: Params, batch):
         H = self.encode(params, batch.src, batch.src_mask)
         h, _, c = self.decode(params, H, batch.src_mask, batch.tgt_in)
         return jnp.where(batch.tgt_mask, self.emission_log_prob(params, h, c, batch.tgt_out), 0.0)
@@ -203,6 +224,16 @@ class Seq2SeqAlignment:
         if self.q_prior:
             scores = scores + self.decode(params, H, batch.src_mask, batch.tgt_in)[1]
         return scores
+
+    # --- the contract's capability members (parameters read as the programs read them) ------
+    def exact_token_log_likelihood(self, batch):
+        return self.exact_token_log_likelihood_of(self._param(), batch)
+
+    def exact_posterior(self, batch):
+        return self.exact_posterior_of(self._param(), batch)
+
+    def soft_token_log_likelihood(self, batch):
+        return self.soft_token_log_likelihood_of(self._param(), batch)
 
     # --- probabilistic program ------------------------------------------------------------
     def _plates(self, batch):
@@ -217,7 +248,7 @@ class Seq2SeqAlignment:
 
     def model(self, batch, *, enumerate_z: bool = False, kl_scale=1.0):
         """p(y, z | x); ``enumerate_z``: parallel enumeration of the alignment."""
-        p = numpyro.param("seq2seq", self.params)
+        p = self._param()
         H = self.encode(p, batch.src, batch.src_mask)
         h, e, _ = self.decode(p, H, batch.src_mask, batch.tgt_in)
         if self.markov:
@@ -265,11 +296,11 @@ class Seq2SeqAlignment:
         scan(step, jnp.full((B,), -1), xs)
 
     def guide(self, batch, *, posterior: str = "inference", enumerate_z: bool = False,
-              kl_scale=1.0):
+              kl_scale=1.0, baseline=None):
         """q(z | x, y): ``"inference"``, ``"prior"`` or ``"none"`` as on the torch side."""
         if posterior == "none":
             return
-        p = numpyro.param("seq2seq", self.params)
+        p = self._param()
         H = self.encode(p, batch.src, batch.src_mask)
         if posterior == "prior":
             scores = self.decode(p, H, batch.src_mask, batch.tgt_in)[1]

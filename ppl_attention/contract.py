@@ -1,0 +1,237 @@
+"""The model contract both backends share, in pure Python: the declarations a model class makes
+(with their defaults), the capabilities a tool may ask of a model, the constructor's options
+recorded in ``config``, and the checks that refuse a class or a (class, method) pair before any
+work. The Pyro contract (:mod:`ppl_attention.models.base`, a ``torch.nn.Module``) and the NumPyro
+contract (:mod:`ppl_attention.numpyro.models.base`, a plain class whose programs read their
+parameters with ``numpyro.param``) build on it; docs/architecture.md states both in full.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from .core.methods import POSTERIORS
+from .data.kinds import DATA_KINDS
+from .errors import MissingCapability, UserError
+
+__all__ = ["DECLARATIONS", "CAPABILITIES", "BACKENDS_OF_MODELS", "declared", "model_backend",
+           "RecordsConfig", "capabilities", "require", "check_contract", "check_method",
+           "check_shape"]
+
+#: a declaration → its default (docs/architecture.md, "Declarations")
+DECLARATIONS = dict(data="pairs", posteriors=POSTERIORS, families=None, site="align",
+                    max_plate_nesting=2, training_defaults={}, numpyro_twin=None, latents=(),
+                    backend="pyro", twin_parameters={})
+
+#: the backends a model class may be written for (its ``backend`` declaration)
+BACKENDS_OF_MODELS = ("pyro", "numpyro")
+
+#: capability → the member that provides it (for messages)
+CAPABILITIES = {
+    "alignment": "data = 'pairs' with the alignment site [B, T] over source positions",
+    "exact-likelihood": "exact_token_log_likelihood(batch) -> [B, T]",
+    "exact-posterior": "exact_posterior(batch) -> [B, T, S]",
+    "posterior-samples": "posterior_samples(batch, num_samples, generator) -> [K, B, T]",
+    "prior": "prior_probs(batch) -> [B, T, S]",
+    "soft-likelihood": "soft_token_log_likelihood(batch) -> [B, T]",
+    "predictive": "start_decoding / decoding_step / keep_hypotheses",
+}
+
+
+def declared(model_or_cls, name: str):
+    """A declaration of the contract (``data``, ``posteriors`` …), its default if not made."""
+    return getattr(model_or_cls, name, DECLARATIONS[name])
+
+
+def model_backend(model_or_cls) -> str:
+    """The backend a model is written for: its ``backend`` declaration (``"pyro"`` for a
+    ``torch.nn.Module``, ``"numpyro"`` for a NumPyro program)."""
+    backend = declared(model_or_cls, "backend")
+    if backend not in BACKENDS_OF_MODELS:
+        name = getattr(model_or_cls, "__name__", type(model_or_cls).__name__)
+        raise UserError(f"{name}: backend = {backend!r} is not one of "
+                        f"{', '.join(BACKENDS_OF_MODELS)}")
+    return backend
+
+
+class RecordsConfig:
+    """A base class whose subclasses record their constructor's arguments (all but ``family``)
+    in ``self.config`` — what a run directory rebuilds the model from, ``cls(**config,
+    family=…)``. The outermost constructor records, so a subclass of a subclass records its own
+    arguments."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_records_config", False):
+            return
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            init(self, *args, **kw)
+            if type(self).__init__ is recording_init:
+                bound = inspect.signature(init).bind(self, *args, **kw)
+                bound.apply_defaults()
+                config = {}
+                for name, value in list(bound.arguments.items())[1:]:
+                    param = inspect.signature(init).parameters[name]
+                    if param.kind is param.VAR_KEYWORD:
+                        config.update(value)
+                    elif param.kind is not param.VAR_POSITIONAL and name != "family":
+                        config[name] = value
+                self.config = config
+
+        recording_init._records_config = True
+        cls.__init__ = recording_init
+
+
+# --- capabilities -----------------------------------------------------------------------------
+
+def _own(model, name: str) -> bool:
+    """Does the model define ``name`` itself (not only the generic implementation)?"""
+    return callable(getattr(model, name, None))
+
+
+def capabilities(model) -> frozenset[str]:
+    """What tools this model instance supports (docs/architecture.md, "Capabilities"): a member
+    the model defines, or the generic member derived from its program where its family is
+    enumerable and the alignment is its only latent variable."""
+    fam = getattr(model, "family", None)
+    enumerable = bool(getattr(fam, "enumerable", False))
+    alone = not declared(model, "latents")
+    generic = enumerable and alone and not getattr(fam, "markov", False)
+    caps = set()
+    if declared(model, "data") == "pairs":
+        caps.add("alignment")
+    if _own(model, "exact_token_log_likelihood") or generic or \
+            (alone and getattr(fam, "deterministic", False)):
+        caps.add("exact-likelihood")
+    for cap, member in (("exact-posterior", "exact_posterior"),
+                        ("posterior-samples", "posterior_samples"), ("prior", "prior_probs")):
+        if _own(model, member) or generic:
+            caps.add(cap)
+    if _own(model, "soft_token_log_likelihood"):
+        caps.add("soft-likelihood")
+    if all(_own(model, m) for m in ("start_decoding", "decoding_step", "keep_hypotheses")):
+        caps.add("predictive")
+    # a member the model defines still needs a family it applies to (a model with a Dirichlet
+    # family may define exact_posterior, but no exact posterior exists)
+    if not (enumerable or getattr(fam, "deterministic", False)):
+        caps -= {"exact-likelihood", "exact-posterior", "posterior-samples", "prior"}
+    if getattr(fam, "deterministic", False):
+        caps -= {"exact-posterior", "posterior-samples", "prior"}
+    return frozenset(caps)
+
+
+def require(model, *caps: str, tool: str = "this command") -> None:
+    """Raise :class:`MissingCapability` naming the first capability ``model`` lacks."""
+    have = capabilities(model)
+    for cap in caps:
+        if cap not in have:
+            fam = getattr(getattr(model, "family", None), "name", "?")
+            raise MissingCapability(
+                f"{tool} needs the capability {cap!r}, which {type(model).__name__} with the "
+                f"{fam!r} family does not have (it is provided by {CAPABILITIES[cap]}; see "
+                f"docs/architecture.md)")
+
+
+def check_shape(model, member: str, value, expected: tuple[int, ...]) -> None:
+    """Refuse a member's result of the wrong shape, naming the member and both shapes."""
+    got = tuple(getattr(value, "shape", ()))
+    if got != tuple(expected):
+        raise UserError(f"{type(model).__name__}.{member} returned shape {list(got)}; the "
+                        f"contract asks for {list(expected)} (docs/architecture.md)")
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+def _accepts(fn, names) -> list[str]:
+    """The names of ``names`` that ``fn`` cannot take as keyword arguments."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return list(names)
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return []
+    return [n for n in names if n not in params]
+
+
+def _options_without_default(cls, dims) -> list[str]:
+    init = getattr(cls.__init__, "__wrapped__", cls.__init__)
+    try:
+        params = list(inspect.signature(init).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params
+            if p.name not in dims and p.name != "family" and p.default is p.empty
+            and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def check_contract(cls, where: str = "the model") -> list[str]:
+    """The problems (empty: none) of a model class against the members and declarations both
+    backends' contracts ask for: a known data kind, a constructor taking the kind's dimensions
+    and ``family`` with every other option defaulted, ``model`` and ``guide`` taking the
+    methods' switches, ``posteriors`` among those the methods use."""
+    problems = []
+    try:
+        model_backend(cls)
+    except UserError as e:
+        problems.append(str(e).split(": ", 1)[-1])
+    data = declared(cls, "data")
+    if data not in DATA_KINDS:
+        problems.append(f"data = {data!r} is not a data kind ({', '.join(DATA_KINDS)})")
+    else:
+        dims = DATA_KINDS[data].dims
+        missing = _accepts(cls.__init__, (*dims, "family"))
+        if missing:
+            problems.append(f"__init__ takes no {', '.join(missing)} (a {data!r} model is built "
+                            f"as cls({', '.join(dims)}, family=…, **options))")
+        no_default = _options_without_default(cls, dims)
+        if no_default:
+            problems.append(f"option(s) {', '.join(no_default)} of __init__ have no default (every "
+                            f"option beyond the data's dimensions and family needs one)")
+    for name, kws in (("model", ("enumerate_z", "kl_scale")),
+                      ("guide", ("posterior", "enumerate_z", "kl_scale"))):
+        fn = getattr(cls, name, None)
+        if not callable(fn):
+            problems.append(f"no {name}(batch, *, {', '.join(kws)}) method")
+        else:
+            missing = _accepts(fn, kws)
+            if missing:
+                problems.append(f"{name}() takes no {', '.join(missing)} keyword")
+    bad = [p for p in declared(cls, "posteriors") if p not in POSTERIORS]
+    if bad:
+        problems.append(f"posteriors {bad} are not among {POSTERIORS}")
+    return problems
+
+
+def refuse(cls, problems: list[str], where: str) -> None:
+    if problems:
+        raise UserError(f"{where}: {cls.__name__} does not meet the model contract "
+                        f"(docs/architecture.md): " + "; ".join(problems))
+
+
+def check_method(cls, method, family=None, where: str = "") -> None:
+    """Refuse a (model class, method) pair the model cannot train: a guide posterior it does
+    not offer, a family it does not support, a capability the method needs."""
+    name = cls.__name__
+    posteriors = declared(cls, "posteriors")
+    if method.posterior not in posteriors:
+        raise UserError(f"{where}method {method.name!r} needs the guide posterior "
+                        f"{method.posterior!r}, which {name} does not offer (its posteriors: "
+                        f"{', '.join(posteriors)})")
+    spec = method.family_spec
+    families = declared(cls, "families")
+    if families is None and spec.markov:
+        raise UserError(f"{where}method {method.name!r} samples a Markov chain of alignments "
+                        f"({spec.name}); {name} does not declare it in `families` (a chain needs "
+                        f"sequential sites, which pa.attend cannot write)")
+    if families is not None and spec.name not in families:
+        raise UserError(f"{where}method {method.name!r} uses the {spec.name!r} family; {name} "
+                        f"supports {', '.join(families)}")
+    for cap in method.requires:
+        member = {"soft-likelihood": "soft_token_log_likelihood"}[cap]
+        if not callable(getattr(cls, member, None)):
+            raise MissingCapability(f"{where}method {method.name!r} needs the capability "
+                                    f"{cap!r} ({CAPABILITIES[cap]}), which {name} does not have")
