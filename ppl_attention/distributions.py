@@ -15,7 +15,19 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 from torch.distributions.utils import broadcast_all
 
-__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical"]
+__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "categorical_draws"]
+
+
+def categorical_draws(probs: torch.Tensor, num_samples: int,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
+    """``num_samples`` draws with replacement from each row of ``probs [N, S]`` → ``[N, K]``
+    on ``probs``' device. With a ``generator`` they are drawn where it lives (a CPU generator
+    gives the same draws on every device), as ``torch.multinomial`` needs."""
+    if generator is None or generator.device == probs.device:
+        return torch.multinomial(probs, num_samples, replacement=True, generator=generator)
+    on_generator = probs.to(generator.device)
+    draws = torch.multinomial(on_generator, num_samples, replacement=True, generator=generator)
+    return draws.to(probs.device)
 
 
 def _broadcast_mask(param: torch.Tensor, mask: torch.Tensor | None):

@@ -231,9 +231,10 @@ class _BayesianAttention(Family):
         if self.prior_kind == "contextual" and key_dim is not None:
             self._build_prior_net(key_dim)
 
-    def _build_prior_net(self, key_dim: int) -> None:
+    def _build_prior_net(self, key_dim: int, device=None, dtype=None) -> None:
+        where = {"device": device, "dtype": dtype}
         self.prior_net = nn.Sequential(
-            nn.Linear(key_dim, self.d_mid), nn.ReLU(), nn.Linear(self.d_mid, 1)
+            nn.Linear(key_dim, self.d_mid, **where), nn.ReLU(), nn.Linear(self.d_mid, 1, **where)
         )
 
     def prior_mean(self, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -241,8 +242,8 @@ class _BayesianAttention(Family):
         if self.prior_kind == "constant":
             key_scores = torch.zeros(keys.shape[:-1], dtype=keys.dtype, device=keys.device)
         else:
-            if self.prior_net is None:
-                self._build_prior_net(keys.shape[-1])
+            if self.prior_net is None:  # built on first use, where the keys are
+                self._build_prior_net(keys.shape[-1], keys.device, keys.dtype)
             key_scores = self.prior_net(keys).squeeze(-1)
         return masked_softmax(key_scores.unsqueeze(-2), mask)
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 
 from .core.chain_paths import choose_path
+from .distributions import categorical_draws
 from .errors import UserError
 
 __all__ = ["MonotonicAlignment", "FLOOR", "logmatmulexp", "associative_scan"]
@@ -276,7 +277,6 @@ class MonotonicAlignment:
                 inner = (t + 1 < lengths)[None, :, None]
                 tr = torch.where(ok, tr, torch.full_like(tr, FLOOR))
                 logits = torch.where(inner, logits + tr, logits)
-            draw = torch.multinomial(logits.softmax(-1).reshape(-1, S), 1,
-                                     generator=generator).view(K, B)
+            draw = categorical_draws(logits.softmax(-1).reshape(-1, S), 1, generator).view(K, B)
             z[:, :, t] = torch.where((t < lengths)[None], draw, torch.zeros_like(draw))
         return z

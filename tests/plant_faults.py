@@ -1,7 +1,7 @@
-"""Plant one fault per property of the verification matrix (a–g) and per property of the
-monotonic chain (m1–m5), run the tests that should catch it, report, and restore the file:
-``python tests/plant_faults.py [a b … m1 …]``. What it printed is in the docstrings of
-tests/test_matrix.py and tests/test_monotonic.py."""
+"""Plant one fault per property of the verification matrix (a–g), per property of the
+monotonic chain (m1–m5) and of device correctness (dev1, dev2), run the tests that should catch
+it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``. What it printed
+is in the docstrings of tests/test_matrix.py, tests/test_monotonic.py and tests/test_device.py."""
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +21,8 @@ FAULTS = [
  ("d", "ppl_attention/kl.py", "@register_kl(Weibull, Gamma)\n", "",
   "test_d_closed_form_kl and bam-weibull-pyro"),
  ("e", "ppl_attention/inference/evaluate.py",
-  "        weights.append(_per_pair(mt, B) - _per_pair(g, B))",
-  "        weights.append(_per_pair(mt, B))",
+  "        weights.append(_per_pair(mt, batch) - _per_pair(g, batch))",
+  "        weights.append(_per_pair(mt, batch))",
   "test_e_iwae_order and vae-sample-pyro"),
  ("f", "ppl_attention/inference/fit.py",
   '        torch.set_rng_state(resume.rng_state["torch"])',
@@ -52,6 +52,12 @@ FAULTS = [
   "            logits = jnp.where(inner, f_t + jnp.where(ok, tr, FLOOR), f_t)",
   "            logits = jnp.where(inner, f_t + jnp.where(ok, 0.0, FLOOR), f_t)",
   "tests/test_monotonic.py::test_jax_chain_equals_brute_force"),
+ # device correctness on the meta device (tests/test_device.py): a tensor made on the CPU
+ ("dev1", "ppl_attention/models/seq2seq.py",
+  "        rows = torch.arange(B, device=emis.device)\n", "        rows = torch.arange(B)\n",
+  "tests/test_device.py"),
+ ("dev2", "ppl_attention/models/bam_classifier.py",
+  "dtype=torch.bool, device=h.device)", "dtype=torch.bool)", "tests/test_device.py"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -39,9 +39,11 @@ class DiagonalAlignment(pa.models.AlignmentModel):
     def prior_scores(self, batch):
         """−λ·|relative target position − relative source position|, ``[B, T, S]``."""
         S, T = batch.src.shape[1], batch.tgt_out.shape[1]
-        dtype = self.out.weight.dtype
-        i = (torch.arange(S, dtype=dtype) + 0.5) / batch.src_mask.sum(-1, keepdim=True)  # [B, S]
-        t = (torch.arange(T, dtype=dtype) + 0.5) / batch.tgt_mask.sum(-1, keepdim=True)  # [B, T]
+        dtype = self.out.weight.dtype  # tensors made here go on the inputs' device
+        i = torch.arange(S, device=batch.src.device, dtype=dtype) + 0.5
+        t = torch.arange(T, device=batch.src.device, dtype=dtype) + 0.5
+        i = i / batch.src_mask.sum(-1, keepdim=True)  # [B, S]
+        t = t / batch.tgt_mask.sum(-1, keepdim=True)  # [B, T]
         return -self.log_tension.exp() * (t[:, :, None] - i[:, None, :]).abs()
 
     def model(self, batch, *, enumerate_z=False, kl_scale=1.0):

@@ -102,12 +102,14 @@ def plot_alignment_posteriors(runs, source: list[str], target: list[str], path,
     from ..attend import recording
     from ..data.batching import collate
     from ..models.base import declared, exact_posterior
+    from .inference_data import model_device
 
     fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs) + 1, 0.35 * len(target) + 2),
                              squeeze=False)
     for ax, (label, run) in zip(axes[0], runs):
-        b = collate([(source, target)], [0], run.src_vocab, run.tgt_vocab)
         model = run.model
+        b = collate([(source, target)], [0], run.src_vocab, run.tgt_vocab)
+        b = b.to(model_device(model))
         with torch.no_grad():
             if model.family.deterministic:
                 with recording() as calls, poutine.block():
@@ -115,7 +117,7 @@ def plot_alignment_posteriors(runs, source: list[str], target: list[str], path,
                 w = next(c for c in calls if c.name == declared(model, "site")).weights
             else:
                 w = exact_posterior(model, b)
-        a = w[0, : len(target)].numpy()  # the <eos> step left out
+        a = w[0, : len(target)].cpu().numpy()  # the <eos> step left out
         im = ax.imshow(a, vmin=0.0, vmax=1.0, cmap="Blues", aspect="auto")
         ax.set_xticks(range(len(source)), source)
         ax.set_yticks(range(len(target)), target)

@@ -46,14 +46,9 @@ from ..models.base import (
     prior_probs,
     require,
 )
+from ..models.device import model_device
 
 __all__ = ["to_inference_data", "alignment_arrays", "observed_log_likelihood", "model_device"]
-
-
-def model_device(model) -> torch.device:
-    """Where ``model``'s parameters live (the CPU for a model without any): the device a tool
-    puts the batches it makes on."""
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def _site(calls, site: str):

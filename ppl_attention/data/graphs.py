@@ -39,8 +39,9 @@ class Graph:
                      self.test_mask, self.n_classes)
 
 
-def check_graph(g: Graph) -> None:
-    """Clear errors for a graph of the wrong shape or labels out of range."""
+def check_graph(g: Graph, values: bool = True) -> None:
+    """Clear errors for a graph of the wrong shape or, with ``values``, labels out of range or
+    non-finite features (checks that read the tensors: each waits for an accelerator)."""
     n = g.features.shape[0] if g.features.dim() == 2 else None
     if g.features.dim() != 2:
         raise UserError(f"features must be [nodes, features], got {list(g.features.shape)}")
@@ -51,6 +52,8 @@ def check_graph(g: Graph) -> None:
         t = getattr(g, name)
         if t.shape != (n,):
             raise UserError(f"{name} must have one entry per node ({n}), got {list(t.shape)}")
+    if not values:
+        return
     if g.labels.numel() and (int(g.labels.min()) < 0 or int(g.labels.max()) >= g.n_classes):
         bad = int(((g.labels < 0) | (g.labels >= g.n_classes)).nonzero()[0])
         raise UserError(f"label {int(g.labels[bad])} of node {bad} is outside "

@@ -6,11 +6,14 @@ of the Markov family; the mean context for the other families)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..data.batching import collate
 from ..errors import UserError
 from ..models.base import require
+from ..models.device import model_device
 
 __all__ = ["beam_search", "check_ensemble", "decode_tokens"]
 
@@ -22,6 +25,7 @@ class _Stepper:
         self.model = run.model
         self.model.eval()
         b = collate([(source, [])], [0], run.src_vocab, run.tgt_vocab)
+        b = b.to(model_device(self.model))
         self.state = self.model.start_decoding(b.src, b.src_mask)
 
     def log_probs(self, prev: torch.Tensor) -> torch.Tensor:
@@ -69,16 +73,17 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
     runs = check_ensemble(run)
     tv = runs[0].tgt_vocab
     steppers = [_Stepper(r, source) for r in runs]
-    log_m = torch.log(torch.tensor(float(len(runs))))
+    log_m = math.log(len(runs))
     max_len = max_len or 2 * len(source) + 10
-    prev = torch.tensor([tv.bos])
+    device = model_device(runs[0].model)  # an ensemble's models live together
+    prev = torch.tensor([tv.bos], device=device)
     hyps: list[tuple[list[int], float]] = [([], 0.0)]
     finished: list[tuple[list[int], float]] = []
     for _ in range(max_len):
         logp = torch.stack([s.log_probs(prev) for s in steppers]).logsumexp(0) - log_m  # [k, V]
         for special in (tv.pad, tv.bos):
             logp[:, special] = -torch.inf
-        total = torch.tensor([s for _, s in hyps]).unsqueeze(1) + logp
+        total = torch.tensor([s for _, s in hyps], device=device).unsqueeze(1) + logp
         top = total.flatten().topk(min(beam, total.numel()))
         new_hyps, rows, toks = [], [], []
         for score, idx in zip(top.values.tolist(), top.indices.tolist()):
@@ -93,9 +98,9 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
         if not new_hyps or best_done >= max(s for _, s in new_hyps):
             break
         hyps = new_hyps
-        prev = torch.tensor(toks)
+        prev = torch.tensor(toks, device=device)
         for s in steppers:
-            s.keep(torch.tensor(rows), prev)
+            s.keep(torch.tensor(rows, device=device), prev)
     pool = finished or hyps
     ids, score = max(pool, key=lambda x: x[1])
     return [tv.itos[i] for i in ids], score

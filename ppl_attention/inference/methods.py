@@ -26,7 +26,8 @@ from ..core.methods import METHOD_SPECS, MethodSpec, method_spec
 from ..core.schedules import kl_annealing
 from ..families import Family, make_family
 
-__all__ = ["Method", "METHODS", "get_method", "differentiable_loss", "loss_and_grads", "PLATES"]
+__all__ = ["Method", "METHODS", "get_method", "programs", "differentiable_loss", "loss_and_grads",
+           "PLATES"]
 
 PLATES = 2  # batch and target: the plate nesting of a pairs model (a model may declare more)
 
@@ -72,14 +73,11 @@ def get_method(name: str) -> Method:
     return Method(method_spec(name))
 
 
-def differentiable_loss(method: Method, elbo, model, batch, step: int, kl: float = 1.0,
-                        step_kwargs: dict | None = None) -> tuple[float, torch.Tensor]:
-    """One stochastic estimate of −ELBO summed over the batch, and the surrogate whose gradient
-    is the method's gradient estimator (for REINFORCE methods it differs from −ELBO; for
-    reweighted wake-sleep it is the wake-θ plus wake-φ loss) — what ``loss_and_grads``
-    differentiates, and what a ``DistributedDataParallel`` module returns. ``kl``: the KL weight
-    on the alignment sites; ``step_kwargs``: the model's own step-dependent arguments
-    (``model.step_arguments(step)``), passed to model and guide."""
+def programs(method: Method, model, batch, kl: float = 1.0, step_kwargs: dict | None = None):
+    """The model and the guide program of one step as ``method`` runs them on ``batch``: two
+    functions of the batch with the method's switches (enumeration, the guide's posterior, the
+    KL weight ``kl`` on the alignment sites, the soft REINFORCE baseline ``[B, T]``, and the
+    model's own ``step_kwargs``)."""
     extra = dict(step_kwargs or {})
     guide_kwargs = dict(posterior=method.posterior, enumerate_z=method.enumerate_guide,
                         kl_scale=kl, **extra)
@@ -93,6 +91,18 @@ def differentiable_loss(method: Method, elbo, model, batch, step: int, kl: float
     def q(b):
         return model.guide(b, **guide_kwargs)
 
+    return p, q
+
+
+def differentiable_loss(method: Method, elbo, model, batch, step: int, kl: float = 1.0,
+                        step_kwargs: dict | None = None) -> tuple[float, torch.Tensor]:
+    """One stochastic estimate of −ELBO summed over the batch, and the surrogate whose gradient
+    is the method's gradient estimator (for REINFORCE methods it differs from −ELBO; for
+    reweighted wake-sleep it is the wake-θ plus wake-φ loss) — what ``loss_and_grads``
+    differentiates, and what a ``DistributedDataParallel`` module returns. ``kl``: the KL weight
+    on the alignment sites; ``step_kwargs``: the model's own step-dependent arguments
+    (``model.step_arguments(step)``), passed to model and guide."""
+    p, q = programs(method, model, batch, kl, step_kwargs)
     with warnings.catch_warnings():
         # TraceEnum_ELBO looks for enumerated sites in the guide only; `exact` enumerates in
         # the model (tested against brute force), so its warning is noise here.

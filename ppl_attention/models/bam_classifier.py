@@ -25,6 +25,7 @@ import pyro
 import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
+from pyro.infer.util import is_validation_enabled
 from torch import nn
 
 from ..attend import attend
@@ -119,7 +120,7 @@ class BAMClassifier(AlignmentModel):
         if x.dim() != 3 or x.shape[1:] != (c["n_tokens"], c["token_dim"]):
             raise UserError(f"input must be [B, {c['n_tokens']}, {c['token_dim']}] "
                              f"(tokens × features), got {list(x.shape)}")
-        if not torch.isfinite(x).all():
+        if is_validation_enabled() and not torch.isfinite(x).all():  # reads the values
             raise UserError("input has NaN or infinite values")
 
     def _plates(self, x):
@@ -136,7 +137,7 @@ class BAMClassifier(AlignmentModel):
         B = x.shape[0]
         h = torch.cat([self.cls.expand(B, 1, -1), self.embed(x)], 1) + self.pos
         N = h.shape[1]
-        mask = torch.ones(B, self.heads, N, N, dtype=torch.bool)
+        mask = torch.ones(B, self.heads, N, N, dtype=torch.bool, device=h.device)
         scale = (poutine.scale(scale=kl_scale) if kl_scale != 1.0 and mode in ("model", "guide")
                  else contextlib.nullcontext())
         for layer in range(len(self.qkv)):

@@ -20,6 +20,7 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
 import torch.nn.functional as F
+from pyro.infer.util import is_validation_enabled
 from torch import nn
 
 from ..data.graphs import Graph, check_graph
@@ -71,12 +72,12 @@ class BayesianGAT(AlignmentModel):
 
     def network(self, g: Graph, mode: str, kl_scale: float = 1.0) -> torch.Tensor:
         """Node logits ``[N, C]``; ``mode`` as :meth:`BAMClassifier.network`."""
-        check_graph(g)
+        check_graph(g, values=is_validation_enabled())
         if g.features.shape[1] != self.in_dim:
             raise UserError(f"features have {g.features.shape[1]} columns; this model takes "
                             f"{self.in_dim}")
         n = g.features.shape[0]
-        nbr = g.adjacency.bool() | torch.eye(n, dtype=torch.bool)
+        nbr = g.adjacency.bool() | torch.eye(n, dtype=torch.bool, device=g.adjacency.device)
         x = g.features
         scale = (poutine.scale(scale=kl_scale) if kl_scale != 1.0 and mode in ("model", "guide")
                  else contextlib.nullcontext())
@@ -98,9 +99,8 @@ class BayesianGAT(AlignmentModel):
         labelled nodes' classes observed."""
         pyro.module("gat", self)
         logits = self.network(g, "model", kl_scale)
-        idx = g.train_mask.nonzero().squeeze(-1)
-        with pyro.plate("labelled", idx.numel()):
-            pyro.sample("y", dist.Categorical(logits=logits[idx]), obs=g.labels[idx])
+        with pyro.plate("labels", logits.shape[0], dim=-1):  # unlabelled nodes masked out
+            pyro.sample("y", dist.Categorical(logits=logits).mask(g.train_mask), obs=g.labels)
 
     def guide(self, g: Graph, *, posterior: str = "prior", enumerate_z: bool = False,
               kl_scale: float = 1.0, baseline=None):

@@ -33,10 +33,12 @@ import torch
 from torch import nn
 
 from ..attend import attend
+from ..distributions import categorical_draws
 from ..errors import UserError
 from ..families import FAMILIES, Family, GaussianContext, make_family, masked_softmax
 from ..scores import SCORES, BilinearScore, make_score
 from .base import AlignmentModel
+from .rnn import run_packed
 
 __all__ = ["Seq2SeqAlignment"]
 
@@ -96,12 +98,7 @@ class Seq2SeqAlignment(AlignmentModel):
     # --- deterministic network ------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding)."""
-        lengths = src_mask.sum(-1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(self.dropout(self.src_emb(src)), lengths,
-                                                   batch_first=True, enforce_sorted=False)
-        out, _ = self.encoder(packed)
-        H, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
-        return H
+        return run_packed(self.encoder, self.dropout(self.src_emb(src)), src_mask)
 
     def decode(self, H: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor):
         """Decoder states h ``[B, T, h]``, prior scores e ``[B, T, S]``, soft contexts
@@ -234,8 +231,7 @@ class Seq2SeqAlignment(AlignmentModel):
             return self.alignment_chain(batch).sample(num_samples, generator)
         post = self.exact_posterior(batch)
         B, T, S = post.shape
-        idx = torch.multinomial(post.reshape(-1, S), num_samples, replacement=True,
-                                generator=generator)
+        idx = categorical_draws(post.reshape(-1, S), num_samples, generator)
         return idx.T.reshape(num_samples, B, T)
 
     def alignment_log_likelihood(self, batch, z: torch.Tensor) -> torch.Tensor:
@@ -298,12 +294,7 @@ class Seq2SeqAlignment(AlignmentModel):
     def inference_scores(self, batch, H: torch.Tensor) -> torch.Tensor:
         """q's scores ``[B, T, S]``: BiLSTM over y_1..y_n <eos> (whole target), bilinear with H,
         plus the prior's scores when ``q_prior``."""
-        lengths = batch.tgt_mask.sum(-1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(self.q_emb(batch.tgt_out), lengths,
-                                                   batch_first=True, enforce_sorted=False)
-        out, _ = self.q_encoder(packed)
-        G, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
-                                                total_length=batch.tgt_out.shape[1])
+        G = run_packed(self.q_encoder, self.q_emb(batch.tgt_out), batch.tgt_mask)
         scores = self.q_score(G, H)
         if self.q_prior:
             scores = scores + self.decode(H, batch.src_mask, batch.tgt_in)[1]
@@ -328,7 +319,7 @@ class Seq2SeqAlignment(AlignmentModel):
         # y_t's factor depends on z_t only through j: one table indexed by every site
         emis = self.emission_table(h, H, batch.tgt_out).masked_fill(
             ~batch.tgt_mask.unsqueeze(-1), 0.0)
-        rows = torch.arange(B)
+        rows = torch.arange(B, device=emis.device)
         prev = None
         with pyro.plate("batch", B, dim=-1):
             for t in pyro.markov(range(T)):

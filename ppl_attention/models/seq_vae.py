@@ -42,13 +42,16 @@ import pyro.distributions as dist
 import pyro.poutine as poutine
 import torch
 import torch.nn.functional as F
+from pyro.infer.util import is_validation_enabled
 from torch import nn
 
 from ..attend import attend
+from ..distributions import categorical_draws
 from ..errors import UserError
 from ..families import Family, make_family
 from ..scores import make_score
 from .base import AlignmentModel
+from .rnn import run_packed
 from .seq_vae_diagnostics import elbo_per_token, kl_normal_per_dim, latent_diagnostics
 
 __all__ = ["AttentionSeqVAE", "kl_normal_per_dim", "free_bits_kl", "ANNEALING"]
@@ -82,12 +85,11 @@ class _PositionalEncoding(nn.Module):
 
     def __init__(self, d: int, max_len: int = 512):
         super().__init__()
-        pos = torch.arange(max_len).unsqueeze(1)
-        div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
-        pe = torch.zeros(max_len, d)
-        pe[:, 0::2] = torch.sin(pos * div)
-        pe[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
-        self.register_buffer("pe", pe, persistent=False)
+        self.register_buffer("pe", torch.zeros(max_len, d), persistent=False)  # .to() moves it
+        pos = torch.arange(max_len, device=self.pe.device).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d, 2, device=self.pe.device) * (-math.log(10000.0) / d))
+        self.pe[:, 0::2] = torch.sin(pos * div)
+        self.pe[:, 1::2] = torch.cos(pos * div)[:, : d // 2]
 
     def forward(self, x):
         if x.shape[1] > self.pe.shape[0]:
@@ -195,13 +197,15 @@ class AttentionSeqVAE(AlignmentModel):
 
     # --- inference network ---------------------------------------------------------------------
     def check_batch(self, batch) -> None:
-        """Refuse an empty sequence or one longer than ``max_len`` with a clear error."""
-        lengths = batch.src_mask.sum(-1)
-        if batch.src.shape[1] == 0 or bool((lengths == 0).any()):
-            bad = [int(i) for i in batch.index[lengths == 0]] if batch.src.shape[1] else []
+        """Refuse an empty sequence or one longer than ``max_len`` with a clear error. The
+        lengths are read (from the device) only while Pyro's validation is on, or when the
+        padded width exceeds ``max_len``."""
+        width, lengths = batch.src.shape[1], batch.src_mask.sum(-1)
+        if width == 0 or (is_validation_enabled() and bool((lengths == 0).any())):
+            bad = [int(i) for i in batch.index[lengths == 0]] if width else []
             raise UserError(f"empty sequence(s) at corpus index {bad}: a sequence VAE needs "
                              "at least one token")
-        if int(lengths.max()) > self.config["max_len"]:
+        if width > self.config["max_len"] and int(lengths.max()) > self.config["max_len"]:
             i = int(batch.index[int(lengths.argmax())])
             raise UserError(f"sequence at corpus index {i} has {int(lengths.max())} tokens, more "
                              f"than max_len={self.config['max_len']} (truncate the data or "
@@ -213,11 +217,7 @@ class AttentionSeqVAE(AlignmentModel):
         x, mask = batch.src, batch.src_mask
         emb = self.emb(x)
         if self.config["encoder"] == "gru":
-            packed = nn.utils.rnn.pack_padded_sequence(emb, mask.sum(-1).cpu(), batch_first=True,
-                                                       enforce_sorted=False)
-            out, _ = self.encoder(packed)
-            H, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
-                                                    total_length=x.shape[1])
+            H = run_packed(self.encoder, emb, mask)
         else:
             H = self.encoder(self.positions(self.enc_in(emb)), src_key_padding_mask=~mask)
             H = H.masked_fill(~mask.unsqueeze(-1), 0.0)
@@ -251,9 +251,10 @@ class AttentionSeqVAE(AlignmentModel):
             else:
                 mem = self.z_memory(z).reshape(-1, self.config["z_slots"], self.hidden)
                 mem_mask = None
-            causal = nn.Transformer.generate_square_subsequent_mask(T, dtype=flat.dtype)
+            causal = nn.Transformer.generate_square_subsequent_mask(T, device=flat.device,
+                                                                    dtype=flat.dtype)
             out = self.decoder(self.positions(self.dec_in(flat)), mem, tgt_mask=causal,
-                               memory_key_padding_mask=mem_mask)
+                               tgt_is_causal=True, memory_key_padding_mask=mem_mask)
             return out.reshape(*lead, B, T, self.hidden)
         if self.config["z_input"] in ("init", "both"):
             s = torch.tanh(self.W_init(z))
@@ -329,7 +330,7 @@ class AttentionSeqVAE(AlignmentModel):
         H = self.encode(batch)[0] if self.config["memory"] == "encoder" else None
         with pyro.plate("batch", B, dim=-2):
             with _scaled(beta):
-                loc = torch.zeros(B, 1, self.latent)
+                loc = self.W_z.weight.new_zeros(B, 1, self.latent)
                 z = pyro.sample("z", dist.Normal(loc, 1.0).to_event(1)).squeeze(-2)
             plate_t = pyro.plate("target", T, dim=-1)
             if self._samples_alignment:
@@ -404,8 +405,8 @@ class AttentionSeqVAE(AlignmentModel):
                              "prior samples")
         max_len = max_len or self.config["max_len"]
         N = z.shape[0]
-        seqs = torch.full((N, 1), bos, dtype=torch.long)
-        done = torch.zeros(N, dtype=torch.bool)
+        seqs = torch.full((N, 1), bos, dtype=torch.long, device=z.device)
+        done = torch.zeros(N, dtype=torch.bool, device=z.device)
         for _ in range(max_len + 1):
             T = seqs.shape[1]
             states = self.decoder_states(z, seqs)
@@ -425,8 +426,8 @@ class AttentionSeqVAE(AlignmentModel):
             last = logp[:, -1].clone()
             for f in forbid:
                 last[:, f] = -torch.inf
-            nxt = last.argmax(-1) if greedy else torch.multinomial(last.softmax(-1), 1,
-                                                                  generator=generator)[:, 0]
+            nxt = last.argmax(-1) if greedy else categorical_draws(last.softmax(-1), 1,
+                                                                   generator)[:, 0]
             nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
             seqs = torch.cat([seqs, nxt.unsqueeze(1)], 1)
             done |= nxt == eos

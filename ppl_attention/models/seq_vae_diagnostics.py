@@ -40,6 +40,14 @@ def _closed_form(model) -> bool:
             or model.family.enumerable)
 
 
+def _standard_normal(shape, like: torch.Tensor, generator=None) -> torch.Tensor:
+    """N(0, 1) draws of ``shape`` on ``like``'s device and dtype, drawn where ``generator``
+    lives (a CPU generator gives the same draws on every device)."""
+    where = generator.device if generator is not None else like.device
+    eps = torch.randn(shape, generator=generator, device=where, dtype=like.dtype)
+    return eps.to(like.device)
+
+
 def _normal_log_prob(z, mu, sigma):
     return (-0.5 * ((z - mu) / sigma).pow(2) - sigma.log() - 0.5 * LOG_2PI).sum(-1)
 
@@ -49,13 +57,13 @@ def _sequence_elbo(model, batch, generator) -> torch.Tensor:
     """One-draw ELBO per sequence ``[B]`` at β = 1 without free bits."""
     H, mu, sigma = model.encode(batch)
     if _closed_form(model):
-        eps = torch.randn(mu.shape, generator=generator)
+        eps = _standard_normal(mu.shape, mu, generator)
         ll = model.token_log_likelihood(batch, mu + sigma * eps, H).sum(-1)
         return ll - kl_normal_per_dim(mu, sigma).sum(-1)
     # a sampled alignment: Pyro's single-particle ELBO of the whole batch, spread evenly
     loss = Trace_ELBO(max_plate_nesting=2).loss(
         model.model, lambda b: model.guide(b, posterior="prior", use_free_bits=False), batch)
-    return torch.full((batch.size,), -loss / batch.size)
+    return mu.new_full((batch.size,), -loss / batch.size)
 
 
 def elbo_per_token(model, batches, seed: int = 0) -> float:
@@ -77,7 +85,7 @@ def _iwae(model, batch, k: int, generator, chunk: int = 20) -> torch.Tensor:
     logw = []
     for start in range(0, k, chunk):
         n = min(chunk, k - start)
-        z = mu + sigma * torch.randn((n, *mu.shape), generator=generator)
+        z = mu + sigma * _standard_normal((n, *mu.shape), mu, generator)
         ll = model.token_log_likelihood(batch, z, H).sum(-1)
         logw.append(ll + _normal_log_prob(z, torch.zeros_like(mu), torch.ones_like(sigma))
                     - _normal_log_prob(z, mu, sigma))
@@ -104,18 +112,18 @@ def latent_diagnostics(model, batches, iwae_k: int = 100, mi_sequences: int = 20
         elbo += float(_sequence_elbo(model, b, g).sum())
         if closed:
             iwae += float(_iwae(model, b, iwae_k, g).sum())
-            eps = torch.randn(mu.shape, generator=g)
+            eps = _standard_normal(mu.shape, mu, g)
             ll_q = model.token_log_likelihood(b, mu + sigma * eps, H).sum()
             ll_p = model.token_log_likelihood(b, eps, H).sum()
             gap += float(ll_q - ll_p)
         n_seq += b.size
         n_tok += b.n_tokens
     mu, sigma, kl = torch.cat(mus), torch.cat(sigmas), torch.cat(kl_dims)
-    active = mu.var(0, unbiased=True) > ACTIVE_THRESHOLD if n_seq > 1 else torch.zeros(0)
+    active = mu.var(0, unbiased=True) > ACTIVE_THRESHOLD if n_seq > 1 else mu.new_zeros(0)
     # mutual information with the aggregate posterior over (up to) mi_sequences sequences
     m = min(n_seq, mi_sequences)
     mu_m, sigma_m = mu[:m], sigma[:m]
-    z = mu_m + sigma_m * torch.randn(mu_m.shape, generator=g)
+    z = mu_m + sigma_m * _standard_normal(mu_m.shape, mu_m, g)
     # log q(z_i | x_i) − log q(z_i) at the same draw: exactly 0 when every q(z | x) is one
     # distribution (the analytic E_q log q(z | x) would leave Monte Carlo noise there)
     log_q_own = _normal_log_prob(z, mu_m, sigma_m)
