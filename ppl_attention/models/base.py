@@ -104,6 +104,7 @@ from ..contract import (
     require,
 )
 from ..core.methods import POSTERIORS
+from ..distributions import categorical_draws
 from ..errors import MissingCapability, UserError
 
 __all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_model_class",
@@ -207,8 +208,7 @@ def posterior_samples(model, batch, num_samples: int, generator=None) -> torch.T
     require(model, "posterior-samples", tool="exact posterior sampling")
     post = exact_posterior(model, batch)
     B, T, S = post.shape
-    idx = torch.multinomial(post.reshape(-1, S).clamp_min(0), num_samples, replacement=True,
-                            generator=generator)
+    idx = categorical_draws(post.reshape(-1, S).clamp_min(0), num_samples, generator)
     return idx.T.reshape(num_samples, B, T)
 
 
