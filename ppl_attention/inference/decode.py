@@ -11,8 +11,8 @@ import math
 import torch
 
 from ..data.batching import collate
-from ..errors import UserError
-from ..models.base import require
+from ..errors import MissingCapability, UserError
+from ..models.base import declared, require
 from ..models.device import model_device
 
 __all__ = ["beam_search", "check_ensemble", "decode_tokens"]
@@ -47,6 +47,10 @@ def check_ensemble(runs) -> list:
         raise UserError("no run to decode with")
     first = runs[0]
     for r in runs:
+        if declared(r.model, "backend") != "pyro":
+            raise MissingCapability(f"decoding runs a Pyro model's predictive; "
+                                    f"{type(r.model).__name__} is a NumPyro model "
+                                    f"({r.method}), which decode does not serve in this version")
         require(r.model, "predictive", tool="decoding")
         for side in ("src_vocab", "tgt_vocab"):
             if getattr(r, side).itos != getattr(first, side).itos:

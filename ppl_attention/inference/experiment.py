@@ -104,6 +104,9 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
         spec = get_method(m)
         check_method(cls, spec)
         backend.check(cls, m)
+    preflight = getattr(backend, "preflight", None)
+    if callable(preflight):  # a NumPyro model's programs run once on a small batch
+        preflight(cls, methods, exp)
     opts = training_options(cls, **exp.training)
     if opts["batch_size"] < 1 or opts["steps"] < 1:
         raise UserError(f"--steps and --batch-size must be at least 1 (got {opts['steps']}, "

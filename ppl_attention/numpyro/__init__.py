@@ -20,6 +20,17 @@ from .families import (
     make_family,
 )
 
+
+def __getattr__(name):
+    """``pa.numpyro.models`` (the NumPyro model contract and collection) and
+    ``pa.numpyro.inference`` load on first use."""
+    if name in ("models", "inference", "structured", "batching", "nn"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'ppl_attention.numpyro' has no attribute {name!r}")
+
+
 __all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl", "scores",
            "Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
            "LogNormal", "GaussianContext", "make_family"]

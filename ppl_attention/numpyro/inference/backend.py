@@ -37,3 +37,35 @@ def check_run(run) -> None:
 def method_family(method: str):
     """A fresh NumPyro family of ``method`` (what a NumPyro model is built with)."""
     return get_method(method).family()
+
+
+def preflight(model_class, methods, exp) -> None:
+    """Before any work, a NumPyro model is built for each method on a small batch of its data,
+    its parameters found, and every capability member it defines run once: a program that
+    fails or a member of the wrong shape is refused now, naming it, rather than after
+    training."""
+    if declared(model_class, "backend") != "numpyro":
+        return
+    import jax
+
+    from ...data.kinds import data_kind
+    from ..batching import to_jax
+    from ..models import base
+
+    kind = data_kind(declared(model_class, "data"))
+    data = kind.load(exp.source())
+    batch = to_jax(kind.batches(data.train, data.vocabs, 2)[0])
+    for method in methods:
+        try:
+            model = model_class(**data.dims, **exp.model_options, family=method_family(method))
+        except TypeError as e:
+            from ...errors import UserError
+
+            raise UserError(f"--model {exp.model}: {e}") from None
+        params, _ = base.init_params(model, batch, jax.random.PRNGKey(0))
+        caps = base.capabilities(model)
+        for member, cap in (("exact_token_log_likelihood", "exact-likelihood"),
+                            ("exact_posterior", "exact-posterior"), ("prior_probs", "prior"),
+                            ("soft_token_log_likelihood", "soft-likelihood")):
+            if callable(getattr(model, member, None)) and cap in caps:
+                getattr(base, member)(model, params, batch)

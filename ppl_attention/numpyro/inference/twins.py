@@ -76,9 +76,8 @@ def _set(tree, path, value):
 
 def parameter_pairs(twin, params: dict, torch_model) -> list[tuple[tuple, str, str | None]]:
     """(NumPyro leaf path, torch name, transform) for every NumPyro leaf; refuses unmatched
-    leaves or torch parameters and shape mismatches, naming them."""
+    leaves, two leaves taking one torch parameter and shape mismatches, naming them."""
     torch_shapes = {k: tuple(v.shape) for k, v in torch_model.state_dict().items()}
-    trainable = [k for k, _ in torch_model.named_parameters()]
     declared_map = dict(declared(twin, "twin_parameters") or {})
     pairs, unmatched, bad_shape = [], [], []
     for name, path in leaf_names(params).items():
@@ -101,8 +100,14 @@ def parameter_pairs(twin, params: dict, torch_model) -> list[tuple[tuple, str, s
                              f"{list(torch_shapes[target])}")
             continue
         pairs.append((path, target, transform))
-    missing_torch = sorted(set(trainable) - {t for _, t, _ in pairs})
+    taken: dict[str, list[str]] = {}
+    for path, target, _ in pairs:
+        taken.setdefault(target, []).append(".".join(path))
+    shared = {t: ns for t, ns in taken.items() if len(ns) > 1}
     problems = []
+    if shared:
+        problems.append("several NumPyro parameters take one torch parameter: " + "; ".join(
+            f"{', '.join(ns)} → {t}" for t, ns in shared.items()))
     if declared_map:
         problems.append(f"twin_parameters names NumPyro parameters that do not exist: "
                         f"{', '.join(sorted(declared_map))}")
@@ -111,8 +116,6 @@ def parameter_pairs(twin, params: dict, torch_model) -> list[tuple[tuple, str, s
                         f"{', '.join(unmatched)} (torch has: {', '.join(sorted(torch_shapes))})")
     if bad_shape:
         problems.append("shapes differ: " + "; ".join(bad_shape))
-    if missing_torch:
-        problems.append(f"torch parameters no NumPyro parameter takes: {', '.join(missing_torch)}")
     if problems:
         raise UserError(f"{type(torch_model).__name__} ↔ {type(twin).__name__}: the weights do "
                         f"not transfer by name ({'; '.join(problems)}); declare "
@@ -247,11 +250,14 @@ def twin_parity(pyro_class, numpyro_class, dims: dict, options: dict, batch, met
     (_, loss_j), grads_j = jax.value_and_grad(
         lambda p: loss_fn(p, jax.random.PRNGKey(seed), jb, 1.0), has_aux=True)(params)
     state_j = state_dict_from_params(jm, grads_j, tm, pairs)
-    names = [n for n in grads_t if n in state_j]
+    matched = {name for _, name, _ in pairs}
+    # a torch parameter the NumPyro programs do not read must get no gradient either
+    grads_j = {n: state_j[n].cpu().numpy() if n in matched else np.zeros_like(g)
+               for n, g in grads_t.items()}
+    names = list(grads_t)
     flat_t = np.concatenate([grads_t[n].ravel() for n in names])
-    flat_j = np.concatenate([state_j[n].cpu().numpy().ravel() for n in names])
-    worst = max(names, key=lambda n: float(np.abs(grads_t[n] - state_j[n].cpu().numpy()).max(
-        initial=0.0)))
+    flat_j = np.concatenate([grads_j[n].ravel() for n in names])
+    worst = max(names, key=lambda n: float(np.abs(grads_t[n] - grads_j[n]).max(initial=0.0)))
     return {"method": method, "loss_pyro": float(loss_t), "loss_numpyro": float(loss_j),
             "loss_rel": _relative(np.array([loss_t]), np.array([float(loss_j)])),
             "grad_rel": _relative(flat_t, flat_j), "worst": worst,

@@ -95,6 +95,8 @@ def _program_calls(model) -> list:
     """(program, keyword arguments) of every program whose parameters the model has: the model
     and the guide with each posterior it offers."""
     calls = [(model.model, dict(enumerate_z=False, kl_scale=1.0))]
+    if getattr(getattr(model, "family", None), "markov", False):
+        return calls  # a Markov chain is marginalized exactly: it has no guide to run
     for post in declared(model, "posteriors"):
         if post != "none":
             calls.append((model.guide, dict(posterior=post, enumerate_z=False, kl_scale=1.0)))

@@ -31,6 +31,7 @@ from ..families import (
     Family,
     GaussianContext,
     from_torch_family,
+    make_family,
     masked_softmax,
 )
 from ..nn import Params, bilstm, from_torch, gates, init_linear, linear, lstm_update, sub
@@ -79,7 +80,7 @@ class Seq2SeqAlignment(AlignmentModel):
         self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
                            score=score, dropout=dropout, q_prior=q_prior,
                            encoder_layers=encoder_layers)
-        self.family = family if family is not None else Categorical()
+        self.family = make_family(family, key_dim=hidden) if family is not None else Categorical()
         self.hidden, self.embed, self.q_prior = hidden, embed, q_prior
         self.score = make_score(score, hidden, hidden)
         self.q_score = BilinearScore(hidden, hidden)
@@ -315,5 +316,6 @@ class Seq2SeqAlignment(AlignmentModel):
         plate_b, plate_t = self._plates(batch)
         with plate_b, plate_t, self._scale(kl_scale):
             attend(SITE, scores, H, self.family, mask=batch.src_mask, keys=H, guide=True,
+                   params=sub(p, "family"),
                    target_mask=batch.tgt_mask, scale=scale_arg,
                    infer={"enumerate": "parallel"} if enumerate_z else None)
