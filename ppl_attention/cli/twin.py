@@ -61,7 +61,7 @@ def cmd_check_twin(args) -> int:
     from ..backends import get_backend
 
     get_backend("numpyro")  # the extra installed, before any work
-    from ..numpyro.inference.twins import twin_methods, twin_parity
+    from ..numpyro.inference.parity import twin_methods, twin_parity
 
     pyro_cls = load_model_class(args.pyro_model)
     numpyro_cls = load_model_class(args.numpyro_model)

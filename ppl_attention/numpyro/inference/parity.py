@@ -1,0 +1,126 @@
+"""Twins checked: a Pyro model and its NumPyro twin give the same loss and gradients on the same
+weights (moved by name, :mod:`.twins`) and the same draws, for every method both train — what
+``ppl-attention check-twin`` reports."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyro
+import torch
+from pyro import poutine
+
+from ...contract import check_method
+from ...contract import declared as decl
+from ...core.methods import METHOD_SPECS
+from ...errors import UserError
+from ...inference.fit import MethodObjective, initialize_lazy_parameters
+from ...inference.methods import differentiable_loss
+from ...inference.methods import get_method as pyro_method
+from ..batching import to_jax
+from ..models.base import init_params
+from .fit import make_loss
+from .methods import METHODS
+from .methods import get_method as numpyro_method
+from .twins import parameter_pairs, params_from_torch, state_dict_from_params
+
+__all__ = ["twin_methods", "twin_parity"]
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a − b| / max(|a|, |b|): the difference relative to the larger magnitude."""
+    scale = max(float(np.abs(a).max(initial=0.0)), float(np.abs(b).max(initial=0.0)), 1e-30)
+    return float(np.abs(a - b).max(initial=0.0)) / scale
+
+
+def twin_methods(pyro_class, numpyro_class) -> list[str]:
+    """The methods both models train: each class's contract accepts it and NumPyro has it."""
+    out = []
+    for name in METHOD_SPECS:
+        if name not in METHODS:
+            continue
+        try:
+            check_method(pyro_class, pyro_method(name))
+            check_method(numpyro_class, pyro_method(name))
+        except UserError:
+            continue
+        out.append(name)
+    return out
+
+
+def twin_parity(pyro_class, numpyro_class, dims: dict, options: dict, batch, method: str,
+                seed: int = 0) -> dict:
+    """Loss and gradients of one step of ``method`` under both models on the same weights (the
+    Pyro model's, moved by name) and — for a method that samples its alignment — the same draws
+    (the Pyro guide's values, substituted in the NumPyro guide): ``{"loss_pyro", "loss_numpyro",
+    "loss_rel", "grad_rel", "worst"}``, relative differences as :func:`_relative` measures
+    them, ``worst`` the parameter where the gradients differ most."""
+
+    m = pyro_method(method)
+    torch.manual_seed(seed)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    tm = pyro_class(**dims, **options, family=m.family())
+    jm = numpyro_class(**dims, **options, family=numpyro_method(method).family())
+    jb = to_jax(batch)
+    _materialize(tm, m, batch)
+    params, _ = init_params(jm, jb, jax.random.PRNGKey(seed))
+    pairs = parameter_pairs(jm, params, tm)
+    params = params_from_torch(jm, params, tm, pairs)
+    site = decl(tm, "site")
+    draws = target = None
+    if m.spec.samples_alignment:
+        kw = dict(posterior=m.posterior, enumerate_z=False, kl_scale=1.0)
+        if m.baseline == "soft":
+            with torch.no_grad():
+                kw["baseline"] = tm.soft_token_log_likelihood(batch)
+        trace = poutine.trace(tm.guide).get_trace(batch, **kw)
+        trace.nodes[site]["value"] = trace.nodes[site]["value"].detach()
+        draws = jnp.asarray(trace.nodes[site]["value"].cpu().numpy())
+        target = _Replayed(tm, trace)
+    tm.zero_grad()
+    loss_t, surrogate = differentiable_loss(m, m.elbo(decl(tm, "max_plate_nesting")),
+                                            target or tm, batch, 0, 1.0)
+    surrogate.backward()
+    grads_t = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).cpu().numpy()
+               for n, p in tm.named_parameters()}
+    loss_fn = make_loss(jm, method, draws=draws)
+    (_, loss_j), grads_j = jax.value_and_grad(
+        lambda p: loss_fn(p, jax.random.PRNGKey(seed), jb, 1.0), has_aux=True)(params)
+    state_j = state_dict_from_params(jm, grads_j, tm, pairs)
+    matched = {name for _, name, _ in pairs}
+    # a torch parameter the NumPyro programs do not read must get no gradient either
+    grads_j = {n: state_j[n].cpu().numpy() if n in matched else np.zeros_like(g)
+               for n, g in grads_t.items()}
+    names = list(grads_t)
+    flat_t = np.concatenate([grads_t[n].ravel() for n in names])
+    flat_j = np.concatenate([grads_j[n].ravel() for n in names])
+    worst = max(names, key=lambda n: float(np.abs(grads_t[n] - grads_j[n]).max(initial=0.0)))
+    return {"method": method, "loss_pyro": float(loss_t), "loss_numpyro": float(loss_j),
+            "loss_rel": _relative(np.array([loss_t]), np.array([float(loss_j)])),
+            "grad_rel": _relative(flat_t, flat_j), "worst": worst,
+            "sampled": bool(m.spec.samples_alignment)}
+
+
+def _materialize(model, method, batch) -> None:
+    """A family that builds its parameters on first use (a BAM prior network) gets them now."""
+
+    initialize_lazy_parameters(model, MethodObjective(method, model), batch)
+
+
+class _Replayed:
+    """A Pyro model whose guide replays ``trace`` (the same draws)."""
+
+    def __init__(self, model, trace):
+        self.m, self.trace = model, trace
+
+    def model(self, b, **kw):
+        return self.m.model(b, **kw)
+
+    def guide(self, b, **kw):
+
+        return poutine.replay(self.m.guide, trace=self.trace)(b, **kw)
+
+    def soft_token_log_likelihood(self, b):
+        return self.m.soft_token_log_likelihood(b)
