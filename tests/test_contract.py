@@ -336,6 +336,7 @@ def test_pyro_param_store_untouched_by_model_loading(compared):
     assert not list(pyro.get_param_store().keys())
 
 
+@pytest.mark.integration
 def test_a_users_model_file_travels_with_ray_jobs(tmp_path, data_dir):
     """`sweep --ray` with --model path/to/file.py:Class sends the file's bytes with every job:
     the job imports them, not the path (which a remote node would not have)."""

@@ -63,6 +63,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_two_host_devices_equal_one_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
                JAX_PLATFORMS="cpu")

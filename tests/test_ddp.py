@@ -30,6 +30,7 @@ def _train(tmp_path, name, method, processes):
     return state, history, json.loads((out / "config.json").read_text())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("method", ["exact", "vae-enum"])
 def test_two_gloo_processes_equal_one_process_on_the_combined_batch(tmp_path, method):
     one, h1, _ = _train(tmp_path, "one", method, 1)

@@ -30,6 +30,7 @@ def test_every_per_family_example_is_documented():
         assert value in text
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(DOCUMENTED))
 def test_example_prints_its_documented_error(name):
     out = _run(name)

@@ -39,8 +39,38 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_ray_local_sweep_gives_the_in_process_numbers(data_dir, tmp_path):
+@pytest.fixture(scope="module")
+def _ray_cluster():
+    """One local Ray cluster for this module's `--ray local` sweeps, started as the command
+    starts one (``sweep.start_ray``): its worker processes, torch imported once, serve them all."""
     require_ray()
+    from ppl_attention import sweep
+
+    ray = sweep.start_ray("local")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def ray_local(_ray_cluster, monkeypatch):
+    """`--ray local` joins the module's cluster: the command's ``start_ray`` (after its checks)
+    hands it over and its ``shutdown`` leaves it running; ``execute`` joins a cluster already
+    up. Starting and stopping a cluster of its own is test_contract's Ray test."""
+    import types
+
+    from ppl_attention import sweep
+
+    def join(address, quiet=True):
+        sweep.check_ray(address)
+        assert address == "local"
+        return types.SimpleNamespace(cluster_resources=_ray_cluster.cluster_resources,
+                                     shutdown=lambda: None)
+
+    monkeypatch.setattr(sweep, "start_ray", join)
+
+
+@pytest.mark.integration
+def test_ray_local_sweep_gives_the_in_process_numbers(data_dir, tmp_path, ray_local):
     assert _sweep(data_dir, tmp_path / "inline") == 0
     assert _sweep(data_dir, tmp_path / "ray", "--ray", "local") == 0
     one, two = _numbers(tmp_path / "inline" / "results.csv"), _numbers(tmp_path / "ray" /
@@ -58,11 +88,13 @@ def test_ray_local_sweep_gives_the_in_process_numbers(data_dir, tmp_path):
     assert main(["evaluate", str(tmp_path / "ray" / "runs" / "soft-seed1"), "--json"]) == 0
 
 
-@pytest.mark.parametrize("where", ["in-process", "ray"])
-def test_a_failed_job_is_isolated_and_the_rerun_runs_only_it(data_dir, tmp_path, capsys, where):
+@pytest.mark.parametrize("where", ["in-process",
+                                   pytest.param("ray", marks=pytest.mark.integration)])
+def test_a_failed_job_is_isolated_and_the_rerun_runs_only_it(data_dir, tmp_path, capsys, where,
+                                                             request):
     extra = ["--ray", "local"] if where == "ray" else []
     if where == "ray":
-        require_ray()
+        request.getfixturevalue("ray_local")
     out = tmp_path / "sweep"
     blocker = out / "runs" / "soft-seed1"
     blocker.mkdir(parents=True)
@@ -129,8 +161,9 @@ def test_bad_sweep_options_are_refused_before_any_work(data_dir, tmp_path, capsy
     assert not out.exists()
 
 
-def test_more_cpus_per_job_than_the_cluster_has_is_refused(data_dir, tmp_path, capsys):
-    require_ray()
+@pytest.mark.integration
+def test_more_cpus_per_job_than_the_cluster_has_is_refused(data_dir, tmp_path, capsys,
+                                                            ray_local):
     out = tmp_path / "never"
     assert main(["sweep", "--data-dir", str(data_dir), "--methods", "exact", *SMALL,
                  "--ray", "local", "--cpus-per-job", "999", "--out", str(out)]) == 2
@@ -149,6 +182,7 @@ def test_ray_address_without_a_cluster_is_a_clear_error(data_dir, tmp_path, caps
     assert not out.exists()
 
 
+@pytest.mark.integration
 def test_sweep_on_a_running_ray_cluster(data_dir, tmp_path):
     """`--ray HOST:PORT` joins a cluster started with `ray start --head` (the package's code
     travels with the jobs)."""
