@@ -53,7 +53,6 @@ guard, by the meta device itself: "Tensor on device meta is not on the expected 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -148,13 +147,6 @@ def meta(monkeypatch):
     finally:
         pyro.enable_validation(pyro_validation)
         torch.distributions.Distribution.set_default_validate_args(torch_validation)
-
-
-def _to(obj, device):
-    """A batch, image batch or graph (dataclasses) with every tensor on ``device``."""
-    return dataclasses.replace(obj, **{f.name: getattr(obj, f.name).to(device)
-                                       for f in dataclasses.fields(obj)
-                                       if isinstance(getattr(obj, f.name), torch.Tensor)})
 
 
 def _all_meta(*outputs) -> None:
@@ -261,7 +253,7 @@ def _model_on_meta(name: str, method: str):
     dims, batch = CASES[base.declared(cls, "data")]()
     torch.manual_seed(0)
     model = cls(*dims, family=get_method(method).family(), **TINY[name])
-    return model.to(META), _to(batch, META)
+    return model.to(META), batch.to(META)  # every data kind's batch has .to(device)
 
 
 # --- every model × method ----------------------------------------------------------------------

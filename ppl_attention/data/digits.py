@@ -43,6 +43,10 @@ class ImageBatch:
         """What the loss is averaged over: the examples."""
         return self.x.shape[0]
 
+    def to(self, device) -> ImageBatch:
+        """The same batch with its tensors on ``device``."""
+        return ImageBatch(self.x.to(device), self.y.to(device))
+
 
 def image_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool = False,
                   seed: int = 0) -> list[ImageBatch]:

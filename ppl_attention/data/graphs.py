@@ -31,6 +31,11 @@ class Graph:
         """What the loss is averaged over: the labelled nodes."""
         return max(1, int(self.train_mask.sum()))
 
+    def to(self, device) -> Graph:
+        """The same graph with its tensors on ``device``."""
+        return Graph(self.features.to(device), self.adjacency.to(device), self.labels.to(device),
+                     self.train_mask.to(device), self.test_mask.to(device), self.n_classes)
+
     def noisy(self, scale: float, seed: int = 0) -> Graph:
         """The same graph with Gaussian noise of sd ``scale`` added to the features."""
         g = torch.Generator().manual_seed(seed)

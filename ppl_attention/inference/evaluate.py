@@ -4,7 +4,8 @@ them; soft attention as it stands), an IWAE-K bound otherwise — ELBO/token, MA
 AER against gold.
 
 Everything here reads the model through its Pyro program and the capabilities of
-:mod:`ppl_attention.models.base`; nothing looks at a model's or family's name.
+:mod:`ppl_attention.models.base`; nothing looks at a model's or family's name. Batches go to the
+model's device first (a no-op where they already are).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..backends import get_backend
 from ..errors import UserError
 from ..metrics import aer
 from ..models.base import capabilities, declared, exact_posterior, exact_token_log_likelihood
+from ..models.device import model_device
 from .methods import get_method
 from .run import Run
 
@@ -105,6 +107,7 @@ def nll_per_token(run: Run, batches: list, iwae_k: int = 10) -> float:
     total, n = 0.0, 0
     exact = _exact(run)
     for b in _progress(batches, "NLL" if exact else f"IWAE-{iwae_k}"):
+        b = b.to(model_device(run.model))
         if exact:
             total -= float(token_log_likelihood(run, b).sum())
         else:
@@ -133,6 +136,7 @@ def elbo_per_token(run: Run, batches: list, samples: int = 5) -> float:
     total, n = 0.0, 0
     with torch.no_grad():
         for b in _progress(batches, "ELBO"):
+            b = b.to(model_device(model))
             for _ in range(reps):
                 total -= elbo.loss(model.model, lambda bb: model.guide(bb, **gk), b) / reps
             n += b.n_tokens
@@ -155,6 +159,7 @@ def map_alignments(run: Run, batch) -> torch.Tensor:
     Gaussian context: its soft weights) and the most probable vertex of the Concrete.
     Deterministic, so both backends agree."""
     model = run.model
+    batch = batch.to(model_device(model))
     if "exact-posterior" in capabilities(model):
         return exact_posterior(model, batch).argmax(-1)
     site = declared(model, "site")
