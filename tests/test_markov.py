@@ -157,8 +157,8 @@ def test_numpyro_mirror_equals_pyro_on_the_same_weights(max_back):
     model.zero_grad()
     loss_t = TraceEnum_ELBO(max_plate_nesting=2).loss_and_grads(
         lambda bb: model.model(bb, enumerate_z=True), lambda bb: None, b)
-    loss_j, grads = jax.value_and_grad(
-        lambda pp: make_loss(jm, "hmm-exact", site=jm.param_name)(pp, jax.random.PRNGKey(0), jb, 1.0)[0])(p)
+    loss = make_loss(jm, "hmm-exact", site=jm.param_name)
+    loss_j, grads = jax.value_and_grad(lambda pp: loss(pp, jax.random.PRNGKey(0), jb, 1.0)[0])(p)
     assert float(loss_j) == pytest.approx(loss_t, rel=1e-5)
     for name, par in model.named_parameters():
         if name.startswith("q_"):  # the unused inference network

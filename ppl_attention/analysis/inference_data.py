@@ -229,7 +229,8 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     tok_coords = {"token_pair": ("token", np.asarray(tok_pair)),
                   "token_pos": ("token", np.asarray(tok_pos)),
                   "token_text": ("token", np.asarray(tok_text, dtype=str))}
-    attrs = {"method": run.method, "family": run.model.family.name, "num_samples": K}
+    attrs = {"method": run.method, "family": run.model.family.name, "num_samples": K,
+             "inference_library": run.backend}
     for group in ("posterior", "prior"):
         idata[group] = idata[group].assign_coords(extra)
         idata[group].attrs.update(attrs)
