@@ -58,6 +58,16 @@ FAULTS = [
   "tests/test_device.py"),
  ("dev2", "ppl_attention/models/bam_classifier.py",
   "dtype=torch.bool, device=h.device)", "dtype=torch.bool)", "tests/test_device.py"),
+ # the NumPyro model contract (tests/test_numpyro_contract.py)
+ ("n1", "ppl_attention/numpyro/models/base.py",
+  "ll = jax.nn.logsumexp(joint, 0) if enumerated",
+  "ll = jnp.max(joint, 0) if enumerated",
+  "tests/test_numpyro_contract.py::test_generic_exact_members_equal_brute_force_and_the_pyro_twin"),
+ ("n2", "ppl_attention/numpyro/inference/fit.py",
+  """        opt = _restore_optimizer(opt, (resume.optimizer_state or {}).get("numpyro_leaves"),
+                                 "--resume")
+""", "        pass\n",
+  "tests/test_numpyro_contract.py::test_a_numpyro_run_saved_and_resumed_gives_the_identical_next_losses"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

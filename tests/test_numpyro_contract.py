@@ -4,14 +4,14 @@ on the same weights; check-twin on the tutorial pair and the built-in twin; resu
 identical next loss; bad NumPyro models refused before any work, nothing written; run
 directories as plain arrays.
 
-Planted faults, each caught once (then restored):
-- the generic exact likelihood summing the enumerated joint with ``jnp.max`` instead of
+Planted faults, each caught (``python tests/plant_faults.py n1 n2``):
+- n1, the generic exact likelihood taking ``jnp.max`` of the enumerated joint instead of
   ``logsumexp``: test_generic_exact_members_equal_brute_force_and_the_pyro_twin failed;
-- a twin whose emission bias is read with the wrong sign (a copy of the tutorial file with
-  ``+ out_b`` → ``- out_b``): check-twin exits 1 naming the methods
-  (test_check_twin_fails_on_a_twin_that_differs, the fault planted by the test itself);
-- the NumPyro loop's resume restarting the optimizer state (``opt = step_fn.init(raw)`` kept
-  after loading): test_a_numpyro_run_killed_and_resumed_gives_the_identical_next_losses failed.
+- n2, the NumPyro loop's resume keeping a fresh optimizer state instead of the saved one:
+  test_a_numpyro_run_saved_and_resumed_gives_the_identical_next_losses failed;
+- a twin whose emission bias has the wrong sign (a copy of the tutorial file, ``+ out_b`` →
+  ``- out_b``): check-twin exits 1 naming the method — planted by
+  test_check_twin_fails_on_a_twin_that_differs itself.
 """
 
 import importlib
