@@ -3,6 +3,14 @@ and backend at two sizes, NumPyro's first-call compile time, and the ratios NumP
 hand-written JAX, Pyro / hand-written torch and NumPyro / Pyro.
 
     python benchmarks/backends.py [--reps 5] [--sizes small,large] [--methods exact,soft,...]
+    python benchmarks/backends.py --tutorial [--batch-sizes 64,8] [--steps 60]
+
+``--tutorial``: the README tutorial's model, written twice — Pyro (examples/tutorial/
+diagonal.py) and NumPyro alone (diagonal_numpyro.py) — each trained the way its loop trains it
+(the Pyro step: ``loss_and_grads``, clipping, Adam; the NumPyro step: the jitted optax step of
+``ppl_attention.numpyro.inference.fit`` on bucket-padded batches) on ``reorder`` batches,
+interleaved step by step (the same batch for both, so drift hits both alike); every padded
+shape is compiled before the timed steps, and the compile seconds and count are reported apart.
 
 small: batch 16, source 8, target 8, vocab 50, hidden 32; large: batch 64, source 20, target 20,
 vocab 1000, hidden 256. The hand-written steps compute −Σ log Σ_j p(z_t = j) p(y_t | z_t = j)
@@ -104,9 +112,87 @@ def bench_size(name, size, methods, reps):
               f"{pyro_ms / base_torch:>12.2f}{np_ms / base_jax:>13.2f}{np_ms / pyro_ms:>14.2f}")
 
 
+def bench_tutorial(batch_size: int, methods, steps: int) -> None:
+    """The tutorial model's training step, Pyro against NumPyro (module docstring)."""
+    import statistics
+
+    from ppl_attention.data import Vocab, make_batches, make_task
+    from ppl_attention.numpyro.inference.fit import make_step
+    from ppl_attention.numpyro.inference.methods import get_method as numpyro_method
+    from ppl_attention.numpyro.models.base import init_params, unconstrain
+
+    tutorial = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                            "tutorial")
+    sys.path.insert(0, tutorial)
+    from diagonal import DiagonalAlignment as PyroDiagonal
+    from diagonal_numpyro import DiagonalAlignment as NumPyroDiagonal
+
+    task = make_task("reorder", n_train=5000)
+    sv = Vocab.build(s for s, _ in task.train.pairs)
+    tv = Vocab.build(t for _, t in task.train.pairs)
+    batches = make_batches(task.train.pairs, sv, tv, batch_size, shuffle=True)[:steps]
+    rows = max(b.size for b in batches)
+    jbs = [to_jax(b, rows, "bucket") for b in batches]
+    shapes = {(jb.src.shape, jb.tgt_out.shape) for jb in jbs}
+    print(f"\nTutorial model, reorder, batch {batch_size}, {len(batches)} interleaved steps, "
+          f"{len(shapes)} padded shapes")
+    print(f"{'method':<10}{'Pyro ms':>9}{'NumPyro ms':>12}{'NumPyro/Pyro':>14}"
+          f"{'compilations':>14}{'compile s':>11}")
+    for method in methods:
+        m = get_method(method)
+        torch.manual_seed(0)
+        pyro.clear_param_store()
+        tm = PyroDiagonal(len(sv), len(tv), family=m.family())
+        elbo, opt = m.elbo(), torch.optim.Adam(tm.parameters(), lr=0.05)
+
+        def pyro_step(b, m=m, elbo=elbo, opt=opt, tm=tm):
+            opt.zero_grad()
+            loss_and_grads(m, elbo, tm, b, 0, 1.0)
+            torch.nn.utils.clip_grad_norm_(tm.parameters(), 5.0)
+            opt.step()
+
+        jm = NumPyroDiagonal(len(sv), len(tv), family=numpyro_method(method).family())
+        params, cons = init_params(jm, jbs[0], jax.random.PRNGKey(0))
+        step = make_step(jm, method, 5.0, 0.0, cons)
+        state = {"raw": unconstrain(params, cons)}
+        state["opt"] = step.init(state["raw"])
+        key = jax.random.PRNGKey(0)
+
+        def numpyro_step(i, b, step=step, state=state, key=key):
+            state["raw"], state["opt"], loss = step(state["raw"], state["opt"],
+                                                    jax.random.fold_in(key, i), jbs[i],
+                                                    float(b.n_tokens), 0.05, 1.0)
+            jax.block_until_ready(loss)
+
+        compile_s, seen = 0.0, set()
+        for i, (b, jb) in enumerate(zip(batches, jbs)):  # compile every shape, untimed
+            if (jb.src.shape, jb.tgt_out.shape) not in seen:
+                seen.add((jb.src.shape, jb.tgt_out.shape))
+                t = time.perf_counter()
+                numpyro_step(i, b)
+                compile_s += time.perf_counter() - t
+        for b in batches[:3]:
+            pyro_step(b)
+        ms_p, ms_n = [], []
+        for i, b in enumerate(batches):
+            t = time.perf_counter()
+            pyro_step(b)
+            ms_p.append(1000 * (time.perf_counter() - t))
+            t = time.perf_counter()
+            numpyro_step(i, b)
+            ms_n.append(1000 * (time.perf_counter() - t))
+        ratio = statistics.median(n / p for n, p in zip(ms_n, ms_p))
+        print(f"{method:<10}{statistics.median(ms_p):>9.2f}{statistics.median(ms_n):>12.2f}"
+              f"{ratio:>14.2f}{step._cache_size():>14}{compile_s:>11.1f}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--tutorial", action="store_true",
+                    help="the tutorial model's training step instead (module docstring)")
+    ap.add_argument("--batch-sizes", default="64,8", help="--tutorial: batch sizes")
+    ap.add_argument("--steps", type=int, default=60, help="--tutorial: timed steps")
     ap.add_argument("--sizes", default="small,large")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--device", choices=["cpu", "cuda", "gpu"], default="cpu",
@@ -114,6 +200,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), pyro {pyro.__version__},"
           f" jax {jax.__version__} on {jax.devices()[0].platform}")
+    if args.tutorial:
+        methods = args.methods.split(",") if args.methods != ",".join(METHODS) else \
+            ["exact", "vae-enum", "hard-enum"]
+        for bs in args.batch_sizes.split(","):
+            bench_tutorial(int(bs), methods, args.steps)
+        return
     for name in args.sizes.split(","):
         bench_size(name, SIZES[name], args.methods.split(","), args.reps)
 

@@ -125,7 +125,10 @@ def init_params(model, batch, key, step_kwargs: dict | None = None):
                                 f"mutable, e.g. batch norm) is not supported by the training "
                                 f"loop; use parameters without state")
             if site["type"] == "param" and name not in params:
-                params[name] = site["value"]
+                # strongly typed: a weakly typed initial value (jnp.log(4.0)) would compile the
+                # training step once more when Adam's update makes it strong
+                params[name] = jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype),
+                                            site["value"])
                 cons[name] = site["kwargs"].get("constraint", constraints.real)
     if not params:
         raise UserError(f"{type(model).__name__}: its programs register no numpyro.param — "
