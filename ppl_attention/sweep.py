@@ -13,6 +13,7 @@ and sent with the jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -28,8 +29,9 @@ from pathlib import Path
 import torch
 
 from .data.corpus import atomic_write_text, write_directory_atomically
+from .devices import job_device
 from .errors import UserError
-from .inference.run import COMPLETE, PARTIAL, load_checkpoint
+from .inference.run import COMPLETE, PARTIAL, run_extra
 
 #: options a ``--set key=v1,v2`` may sweep besides the training, model and data options
 SETTABLE_OTHER = ("backend", "devices", "task_seed")
@@ -144,7 +146,7 @@ def completed(path: Path) -> dict | None:
     if not (path / COMPLETE).exists():
         return None
     try:
-        extra = load_checkpoint(path / "checkpoint.pt").get("extra") or {}
+        extra = run_extra(path)
         history = json.loads((path / "metrics.json").read_text())["history"]
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
@@ -279,7 +281,8 @@ def execute(train_fn: Callable, args, jobs: list[Job], out: Path, *, workers: in
             ray_address: str | None = None, cpus_per_job: int = 1,
             on_done: Callable[[int, dict], None] = lambda i, r: None) -> list[dict]:
     """Run the jobs whose run directory under ``out/runs`` is not complete; return every job's
-    result (``completed`` ones read back), in the order of ``jobs``."""
+    result (``completed`` ones read back), in the order of ``jobs``. Each job gets its own
+    device (:func:`ppl_attention.devices.job_device`: ``cuda`` spreads them over the GPUs)."""
     results: list = [None] * len(jobs)
     todo = []
     for i, job in enumerate(jobs):
@@ -307,25 +310,29 @@ def execute(train_fn: Callable, args, jobs: list[Job], out: Path, *, workers: in
         results[i] = res
         on_done(i, res)
 
+    per_job = {}
+    for k, i in enumerate(todo):
+        device = job_device(args.device, k, args.backend_name())
+        per_job[i] = args if device == args.device else dataclasses.replace(args, device=device)
     if ray_address is not None:
-        _execute_ray(train_fn, args, jobs, todo, out, ray_address, cpus_per_job, finish)
+        _execute_ray(train_fn, per_job, jobs, todo, out, ray_address, cpus_per_job, finish)
     elif workers > 1:
-        _execute_pool(train_fn, args, jobs, todo, out, workers, finish)
+        _execute_pool(train_fn, per_job, jobs, todo, out, workers, finish)
     else:
         for i in todo:
             print(f"[sweep] {jobs[i].label} seed {jobs[i].seed}", file=sys.stderr)
-            finish(i, run_job(train_fn, args, jobs[i], str(out / "runs" / jobs[i].name)))
+            finish(i, run_job(train_fn, per_job[i], jobs[i], str(out / "runs" / jobs[i].name)))
     return results
 
 
-def _execute_pool(train_fn, args, jobs, todo, out, workers, finish):
+def _execute_pool(train_fn, per_job, jobs, todo, out, workers, finish):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     threads = max(1, (os.cpu_count() or 1) // workers)
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(run_job, train_fn, args, jobs[i], str(out / "runs" / jobs[i].name),
-                               threads): i for i in todo}
+        futures = {pool.submit(run_job, train_fn, per_job[i], jobs[i],
+                               str(out / "runs" / jobs[i].name), threads): i for i in todo}
         for f in as_completed(futures):
             try:
                 res = f.result()
@@ -334,7 +341,7 @@ def _execute_pool(train_fn, args, jobs, todo, out, workers, finish):
             finish(futures[f], res)
 
 
-def _execute_ray(train_fn, args, jobs, todo, out, address, cpus_per_job, finish):
+def _execute_ray(train_fn, per_job, jobs, todo, out, address, cpus_per_job, finish):
     import ray
 
     started = not ray.is_initialized()  # the caller may have joined the cluster already
@@ -342,9 +349,9 @@ def _execute_ray(train_fn, args, jobs, todo, out, address, cpus_per_job, finish)
         start_ray(address)
     try:
         task = ray.remote(num_cpus=cpus_per_job, max_retries=0)(run_job)
-        data = read_data_files(getattr(args, "data_dir", None))
+        data = read_data_files(getattr(per_job[todo[0]], "data_dir", None)) if todo else None
         data_ref = ray.put(data) if data is not None else None
-        refs = {task.remote(train_fn, args, jobs[i], str(out / "runs" / jobs[i].name),
+        refs = {task.remote(train_fn, per_job[i], jobs[i], str(out / "runs" / jobs[i].name),
                             cpus_per_job, True, data_ref): i for i in todo}
         pending = list(refs)
         while pending:

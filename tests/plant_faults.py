@@ -58,6 +58,10 @@ FAULTS = [
   "tests/test_device.py"),
  ("dev2", "ppl_attention/models/bam_classifier.py",
   "dtype=torch.bool, device=h.device)", "dtype=torch.bool)", "tests/test_device.py"),
+ ("dev3", "ppl_attention/devices.py",
+  "    with jax.default_device(jax_device(spec)):\n        yield\n",
+  "    jax_device(spec)\n    yield\n",
+  "tests/test_devices.py::test_numpyro_training_follows_the_default_jax_device"),
  # the NumPyro model contract (tests/test_numpyro_contract.py)
  ("n1", "ppl_attention/numpyro/models/base.py",
   "ll = jax.nn.logsumexp(joint, 0) if enumerated",

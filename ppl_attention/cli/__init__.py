@@ -14,6 +14,7 @@ what a command needs — ends with one ``error: …`` line naming what and where
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from ..errors import UserError
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(argv).parse_args(argv)
-        return args.fn(args)
+        with contextlib.ExitStack() as args.context:  # what a command sets up, undone after
+            return args.fn(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

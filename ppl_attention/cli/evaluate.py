@@ -9,13 +9,14 @@ from pathlib import Path
 from ..data import DataError, make_batches, read_tsv
 from ..data.kinds import data_kind
 from ..data.pharaoh import format_pharaoh
+from ..devices import jax_default_device, torch_device
 from ..errors import UserError
 from ..inference.evaluate import alignment_links
 from ..inference.experiment import report
 from ..inference.run import Run
 from ..models.base import capabilities, declared, require
 from ..models.registry import load_model_class
-from .options import add_backend
+from .options import add_backend, add_device
 
 
 def get_backend_checked(name: str, run):
@@ -38,13 +39,26 @@ def add_eval_data(p) -> None:
 
 
 def add_run_model(p) -> None:
+    add_device(p)
     p.add_argument("--model", help="the run's model class, where config.json's record no longer "
                    "finds it: path/to/file.py:ClassName or package.module:ClassName")
 
 
 def load_run(path, args, which: str = "best") -> Run:
+    """The run directory ``path`` on ``--device``: a Pyro model moved there; for NumPyro work
+    (a NumPyro model's run, or ``--backend numpyro``) the device made JAX's default for the
+    rest of the command."""
     cls = load_model_class(args.model) if getattr(args, "model", None) else None
-    return Run.load(path, which=which, model_class=cls)
+    spec = getattr(args, "device", "cpu")
+    run = Run.load(path, which=which, model_class=cls)
+    if run.backend == "pyro":
+        run.model.to(torch_device(spec))
+    if (run.backend == "numpyro" or getattr(args, "backend", None) == "numpyro") \
+            and hasattr(args, "context"):
+        if not getattr(args, "_on_jax_device", False):
+            args.context.enter_context(jax_default_device(spec))
+            args._on_jax_device = True
+    return run
 
 
 def eval_split(run: Run, args):

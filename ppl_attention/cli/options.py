@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..backends import BACKENDS
 from ..core.schedules import LR_SCHEDULES
 from ..data.kinds import DATA_KINDS, data_kind
+from ..devices import DEVICE_HELP
 from ..errors import UserError
 from ..inference.fit import TRAINING_DEFAULTS, training_options
 from ..models.base import declared
@@ -77,7 +78,8 @@ def model_options(cls) -> dict[str, ModelOption]:
                             f"type (annotate it or give it such a default)")
         clash = name in TRAINING_DEFAULTS or name in kind.options or name in (
             "task", "data_dir", "task_seed", "method", "methods", "seed", "out", "backend",
-            "devices", "model", "resume", "checkpoint_every", "set", "seeds", "jobs", "ray")
+            "devices", "device", "model", "resume", "checkpoint_every", "set", "seeds", "jobs",
+            "ray")
         if clash:
             raise UserError(f"{cls.__name__}: option {name!r} has the name of a command-line "
                             f"option of its own; rename it")
@@ -134,8 +136,15 @@ def add_training(p, cls) -> None:
         g.add_argument(flag(name), dest=f"train__{name}", type=typ, default=None,
                        help=f"{TRAINING_HELP[name]} (default: {defaults[name]})", **kw)
     add_backend(g)
+    add_device(g, per_job=True)
     g.add_argument("--devices", type=int, default=1,
                    help="numpyro: data-parallel SVI, each batch sharded over N JAX devices")
+
+
+def add_device(p, per_job: bool = False) -> None:
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help=DEVICE_HELP + ("; compare/sweep: one device per job, jobs spread over "
+                                       "the GPUs" if per_job else ""))
 
 
 def add_backend(p, what: str = "the model") -> None:
@@ -178,6 +187,7 @@ def experiment_from_args(args):
                       task_seed=getattr(args, "task_seed", 0), data_options=group("data__"),
                       training=group("train__"), backend=args.backend,
                       devices=getattr(args, "devices", 1),
+                      device=getattr(args, "device", "cpu"),
                       resume=getattr(args, "resume", False),
                       checkpoint_every=getattr(args, "checkpoint_every", None))
 

@@ -8,9 +8,10 @@ import sys
 
 from ..contract import declared, model_backend
 from ..data.kinds import data_kind
+from ..devices import jax_default_device, torch_device
 from ..errors import UserError
 from ..models.registry import load_model_class
-from .options import model_options
+from .options import add_device, model_options
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -37,6 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                    help=f"largest relative difference that passes (default {DEFAULT_TOLERANCE})")
     p.add_argument("--json", action="store_true")
+    add_device(p)
     p.set_defaults(fn=cmd_check_twin)
 
 
@@ -84,6 +86,8 @@ def cmd_check_twin(args) -> int:
     if bad:
         raise UserError(f"--methods {','.join(bad)}: not trained by both models (both train: "
                         f"{', '.join(both)})")
+    device = torch_device(args.device)
+    args.context.enter_context(jax_default_device(args.device))
     kind = data_kind(declared(pyro_cls, "data"))
     data = kind.load(kind.source(args.task, args.data_dir, args.task_seed))
     batch = kind.batches(data.train, data.vocabs, args.batch_size)[0]
@@ -91,7 +95,8 @@ def cmd_check_twin(args) -> int:
     for method in methods:
         print(f"[check-twin] {method}", file=sys.stderr)
         try:
-            r = twin_parity(pyro_cls, numpyro_cls, data.dims, options, batch, method, args.seed)
+            r = twin_parity(pyro_cls, numpyro_cls, data.dims, options, batch, method, args.seed,
+                            device)
             r["ok"] = max(r["loss_rel"], r["grad_rel"]) <= args.tolerance
         except Exception as e:  # a model failing under one method: report it, go on
             r = {"method": method, "ok": False, "error": f"{type(e).__name__}: {e}"}

@@ -17,6 +17,7 @@ import torch
 from ..backends import get_backend
 from ..contract import model_backend
 from ..data.kinds import data_kind
+from ..devices import describe, jax_default_device, torch_device
 from ..errors import MissingCapability, UserError
 from ..models.base import check_method, declared
 from ..models.registry import load_model_class
@@ -36,8 +37,10 @@ class Experiment:
     ``model_options``: its constructor's options (None values: the model's defaults);
     ``task`` / ``data_dir`` / ``task_seed`` / ``data_options``: the data source;
     ``training``: training options (None: the model's defaults, else the package's);
-    ``backend``, ``devices``: where it runs (``backend`` None: the model's own — ``pyro`` for a
-    Pyro model, ``numpyro`` for a NumPyro model); ``resume``, ``checkpoint_every``: a long run;
+    ``backend``, ``device``, ``devices``: where it runs (``backend`` None: the model's own —
+    ``pyro`` for a Pyro model, ``numpyro`` for a NumPyro model; ``device``: cpu, cuda, cuda:N or
+    auto, :mod:`ppl_attention.devices`; ``devices``: NumPyro's data-parallel device count);
+    ``resume``, ``checkpoint_every``: a long run;
     ``model_source``: the bytes of a user's model file shipped with a Ray job."""
 
     model: str = "seq2seq"
@@ -49,6 +52,7 @@ class Experiment:
     training: dict = field(default_factory=dict)
     backend: str | None = None
     devices: int = 1
+    device: str = "cpu"
     resume: bool = False
     checkpoint_every: int | None = None
     model_source: bytes | None = None
@@ -63,7 +67,7 @@ class Experiment:
         settings = list(settings)
         data_options = data_kind(declared(self.model_class(), "data")).options if settings else {}
         for k, v in settings:
-            if k in ("backend", "devices", "task_seed"):
+            if k in ("backend", "devices", "device", "task_seed"):
                 setattr(exp, k, v)
             elif k in TRAINING_DEFAULTS:
                 exp.training[k] = v
@@ -100,6 +104,7 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     cls = exp.model_class()
     exp.source()
     backend = get_backend(exp.backend_name())
+    describe(exp.device, exp.backend_name())  # a GPU asked for and absent: refused now
     for m in methods:
         spec = get_method(m)
         check_method(cls, spec)
@@ -176,6 +181,11 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
     out = Path(out)
     if exp.resume and ((out / COMPLETE).exists() or (out / PARTIAL).exists()):
         resume = Run.load(out, which="last", partial=True, model_class=cls)
+    device = describe(exp.device, backend_name)  # what the run directory records
+    native = model_backend(cls) == "numpyro"
+    torch_dev = torch_device(exp.device) if backend_name == "pyro" else None
+    if resume is not None and torch_dev is not None:
+        resume.model.to(torch_dev)
     torch.manual_seed(seed)
     if resume is None:
         family = backend.method_family(method) if model_backend(cls) == "numpyro" \
@@ -186,6 +196,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
             raise UserError(f"--model {exp.model}: {e}") from None
         if not isinstance(getattr(model, "config", None), dict):  # not an AlignmentModel
             model.config = {**data.dims, **exp.model_options}
+        if torch_dev is not None and not native:
+            model.to(torch_dev)
     else:
         model = resume.model
     train = kind.batches(data.train, data.vocabs, opts["batch_size"], shuffle=True, seed=seed,
@@ -211,16 +223,21 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         extra["devices"] = exp.devices
     train_opts = {k: v for k, v in exp.training.items() if k != "batch_size"}  # fit fills the
     # rest from the model's defaults
-    run = backend.fit(model, train, method, seed=seed, src_vocab=data.vocabs.get("src_vocab"),
-                      tgt_vocab=data.vocabs.get("tgt_vocab"), valid=valid, resume=resume,
-                      progress=progress, out=out if exp.checkpoint_every else None,
-                      checkpoint_every=exp.checkpoint_every,
-                      config={"data": source, "batch_size": opts["batch_size"]},
-                      model_spec=_model_spec(exp), **train_opts, **extra)
-    if distributed is not None and not distributed.main:
-        return run, None  # rank 0 evaluates and writes the run directory
-    with best_weights(run):
-        rep = report(run, data.test, source, backend=backend_name)
+    place = jax_default_device(exp.device) if backend_name == "numpyro" else \
+        contextlib.nullcontext()
+    with place:
+        run = backend.fit(model, train, method, seed=seed,
+                          src_vocab=data.vocabs.get("src_vocab"),
+                          tgt_vocab=data.vocabs.get("tgt_vocab"), valid=valid, resume=resume,
+                          progress=progress, out=out if exp.checkpoint_every else None,
+                          checkpoint_every=exp.checkpoint_every,
+                          config={"data": source, "batch_size": opts["batch_size"],
+                                  "device": device},
+                          model_spec=_model_spec(exp), **train_opts, **extra)
+        if distributed is not None and not distributed.main:
+            return run, None  # rank 0 evaluates and writes the run directory
+        with best_weights(run):
+            rep = report(run, data.test, source, backend=backend_name)
     for key in ("ms_per_step", "compilations", "compile_seconds"):
         if key in run.extra:
             rep[key] = run.extra[key]

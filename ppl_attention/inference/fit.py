@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from ..core.schedules import LR_SCHEDULES, batch_order
 from ..errors import UserError
 from ..models.base import check_method, declared
+from ..models.device import model_device
 from .evaluate import nll_per_token
 from .methods import Method, differentiable_loss, get_method, loss_and_grads
 from .run import Run
@@ -135,6 +136,9 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
                       **({"anneal_rho": opts["anneal_rho"] or m.anneal_rho}
                          if m.anneal_rho is not None else {}))
     start = run.step
+    device = model_device(model)
+    if device.type != "cpu":  # batches follow the model (once, not every step)
+        train = [b.to(device) for b in train]
     objective = MethodObjective(m, model, opts["kl_weight"], opts["anneal_rho"])
     if resume is None:
         pyro.set_rng_seed(seed)
@@ -144,6 +148,8 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
         if resume.optimizer_state:
             optimizer.load_state_dict(resume.optimizer_state)
         torch.set_rng_state(resume.rng_state["torch"])
+        if device.type == "cuda" and resume.rng_state.get("cuda") is not None:
+            torch.cuda.set_rng_state_all(resume.rng_state["cuda"])
         random.setstate(_python_rng(resume.rng_state["python"]))
     best = run.extra.get("best_valid", float("inf"))
     step_fn = None
@@ -174,6 +180,8 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
         run.extra.update(best_valid=best, train_seconds=trained_before + time.perf_counter() - t0)
         run.optimizer_state = optimizer.state_dict()
         run.rng_state = {"torch": torch.get_rng_state(), "python": list(random.getstate())}
+        if device.type == "cuda":  # draws on a GPU come from its own generator
+            run.rng_state["cuda"] = torch.cuda.get_rng_state_all()
 
     for step in bar:
         epoch, pos = divmod(step, len(train))

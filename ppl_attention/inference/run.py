@@ -117,10 +117,13 @@ class Run:
 
     @classmethod
     def load(cls, path: str | os.PathLike, which: str = "best", partial: bool = False,
-             model_class=None) -> Run:
+             model_class=None, device=None) -> Run:
         """Load a run directory; ``which="best"`` (for evaluation) takes the best-validation
         weights where they were kept, ``"last"`` (for resuming) the weights of the last step.
-        ``model_class``: the class to rebuild (default: the one ``config.json`` names)."""
+        ``model_class``: the class to rebuild (default: the one ``config.json`` names);
+        ``device``: where a Pyro model goes (its weights are read onto the CPU first, so a run
+        trained on any device loads on any other; a NumPyro model's arrays go where JAX's
+        default device is when they are used)."""
         path = Path(path)
         if not (path / COMPLETE).exists() and not (partial and (path / PARTIAL).exists()):
             raise UserError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
@@ -154,6 +157,8 @@ class Run:
             extra = ckpt.get("extra") or {}
             best = extra.get("best_model") if which == "best" else None
             model.load_state_dict(best if best is not None else ckpt["model"])
+            if device is not None:
+                model.to(device)
             model.eval()
             step, optimizer, rng = ckpt["step"], ckpt["optimizer"], ckpt["rng"]
         if (path / "optimizer.npz").exists():
@@ -171,6 +176,15 @@ def _read_json(path: Path) -> dict:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{path}: unreadable ({e})") from None
+
+
+def run_extra(path: Path) -> dict:
+    """A complete run directory's ``extra`` numbers (its test report …) without its weights:
+    ``state.json`` of a NumPyro model's run, else ``checkpoint.pt``."""
+    path = Path(path)
+    if (path / "state.json").exists():
+        return _read_json(path / "state.json").get("extra") or {}
+    return load_checkpoint(path / "checkpoint.pt").get("extra") or {}
 
 
 def read_config(path: Path) -> dict:

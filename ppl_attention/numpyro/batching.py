@@ -43,7 +43,7 @@ def to_jax(batch, rows: int | None = None, multiple: int | str = 1) -> JaxBatch:
     rows attend to position 0 and have no target tokens); ``multiple``: round S and T up to a
     multiple of it, or ``"bucket"``: up to the next of :data:`BUCKETS` (few shapes, few
     compilations). Padding changes no number: every padded entry is masked."""
-    src = batch.src.numpy()
+    src = batch.src.cpu().numpy()
     B, S = src.shape
     T = batch.tgt_out.shape[1]
     rows = max(rows or B, B)
@@ -57,10 +57,10 @@ def to_jax(batch, rows: int | None = None, multiple: int | str = 1) -> JaxBatch:
         out[: a.shape[0], : a.shape[1]] = a
         return out
 
-    src_mask = pad(batch.src_mask.numpy(), S2, False)
+    src_mask = pad(batch.src_mask.cpu().numpy(), S2, False)
     src_mask[B:, 0] = True  # a padded row still needs one position to attend to
     return JaxBatch(
         jnp.asarray(pad(src, S2, 0), jnp.int32), jnp.asarray(src_mask),
-        jnp.asarray(pad(batch.tgt_in.numpy(), T2, 0), jnp.int32),
-        jnp.asarray(pad(batch.tgt_out.numpy(), T2, 0), jnp.int32),
-        jnp.asarray(pad(batch.tgt_mask.numpy(), T2, False)))
+        jnp.asarray(pad(batch.tgt_in.cpu().numpy(), T2, 0), jnp.int32),
+        jnp.asarray(pad(batch.tgt_out.cpu().numpy(), T2, 0), jnp.int32),
+        jnp.asarray(pad(batch.tgt_mask.cpu().numpy(), T2, False)))

@@ -323,7 +323,9 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
             run.save(out, complete=False)
     snapshot(steps)
     run.extra.update(ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps - start),
-                     shapes=len({(b.src.shape, b.tgt_out.shape) for b in jtrain}))
+                     shapes=len({(b.src.shape, b.tgt_out.shape) for b in jtrain}),
+                     jax_devices=sorted({f"{d.platform}:{d.id}" for leaf in jax.tree.leaves(raw)
+                                         for d in leaf.devices()}))
     if not native:
         model.eval()
     if out is not None:

@@ -50,12 +50,13 @@ def twin_methods(pyro_class, numpyro_class) -> list[str]:
 
 
 def twin_parity(pyro_class, numpyro_class, dims: dict, options: dict, batch, method: str,
-                seed: int = 0) -> dict:
+                seed: int = 0, device=None) -> dict:
     """Loss and gradients of one step of ``method`` under both models on the same weights (the
     Pyro model's, moved by name) and — for a method that samples its alignment — the same draws
     (the Pyro guide's values, substituted in the NumPyro guide): ``{"loss_pyro", "loss_numpyro",
     "loss_rel", "grad_rel", "worst"}``, relative differences as :func:`_relative` measures
-    them, ``worst`` the parameter where the gradients differ most."""
+    them, ``worst`` the parameter where the gradients differ most. ``device``: where the Pyro
+    model runs (the NumPyro one where JAX's default device is)."""
 
     m = pyro_method(method)
     torch.manual_seed(seed)
@@ -64,6 +65,9 @@ def twin_parity(pyro_class, numpyro_class, dims: dict, options: dict, batch, met
     tm = pyro_class(**dims, **options, family=m.family())
     jm = numpyro_class(**dims, **options, family=numpyro_method(method).family())
     jb = to_jax(batch)
+    if device is not None:
+        tm.to(device)
+        batch = batch.to(device)
     _materialize(tm, m, batch)
     params, _ = init_params(jm, jb, jax.random.PRNGKey(seed))
     pairs = parameter_pairs(jm, params, tm)
