@@ -1,16 +1,10 @@
 #!/usr/bin/env bash
-# The device benchmarks in one go (under 8 minutes on one GPU): the backends table (Pyro against
-# NumPyro on the same Seq2SeqAlignment, every method, two sizes) and the structured table (the
-# Markov family's log p(y | x) four ways at T = S ∈ {8, 32, 128, 512}). Run from the
-# repository root after README's install command:  bash benchmarks/gpu.sh [cuda|cpu]
+# The GPU column of docs/results.md in one go (benchmarks/gpu.py: the backends table on the GPU
+# and the CPU, the structured table at T = S in {128, 512, 2048}, compare on reorder with both
+# backends; --write puts them into docs/results.md and sets the GPU rule of the monotonic
+# chain's "auto" path). Run from the repository root after README's GPU set-up:
+#   bash benchmarks/gpu.sh [--write] [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEVICE="${1:-cuda}"
-OUT="${OUT:-runs/gpu}"
-mkdir -p "$OUT"
-if [ "$DEVICE" != cpu ]; then
-  nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/device.txt"
-fi
-timeout 240 python benchmarks/backends.py --reps 5 --device "$DEVICE" | tee "$OUT/backends.md"
-timeout 240 python benchmarks/structured.py --reps 3 --timeout 60 --device "$DEVICE" \
-    --json "$OUT/structured.json" | tee "$OUT/structured.md"
+nvidia-smi --query-gpu=name,memory.total --format=csv
+exec python benchmarks/gpu.py "$@"

@@ -108,3 +108,30 @@ def test_numpyro_training_follows_the_default_jax_device(tmp_path):
     lines = [line for line in res.stdout.splitlines() if line.split()[0] in ("vae-enum",
                                                                              "bam-weibull")]
     assert lines == ["vae-enum ['cpu:1']", "bam-weibull ['cpu:1']"], res.stdout
+
+
+def test_the_gpu_rule_of_auto_comes_from_the_measurement_once_it_exists(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu
+
+    from ppl_attention.core import chain_paths
+
+    cells = [{"n": 128, "S": 128, "banded": [5.0, 1], "parallel": [9.0, 1]},
+             {"n": 512, "S": 128, "banded": [20.0, 1], "parallel": [8.0, 1]},
+             {"n": 512, "S": 512, "banded": [40.0, 1], "parallel": "not run: 9 GB"},
+             {"n": 2048, "S": 256, "banded": [90.0, 1], "parallel": [30.0, 1]}]
+    assert gpu.gpu_rule(cells) == {"min_T": 512, "max_S": 256}
+    assert gpu.gpu_rule(cells[:1]) is None
+    rule = tmp_path / "gpu_rule.json"
+    monkeypatch.setattr(chain_paths, "RULE_FILE", rule)
+    chain_paths.gpu_rule.cache_clear()
+    try:
+        assert chain_paths.gpu_rule()["measured_on"] is None  # unmeasured: the default guess
+        assert chain_paths.choose_path(64, 100, accelerator=True) == "parallel"
+        rule.write_text(json.dumps({"min_T": 512, "max_S": 256, "measured_on": "a GPU"}))
+        chain_paths.gpu_rule.cache_clear()
+        assert chain_paths.choose_path(256, 100, accelerator=True) == "sequential"
+        assert chain_paths.choose_path(1024, 200, accelerator=True) == "parallel"
+        assert chain_paths.choose_path(1024, 200, accelerator=False) == "sequential"
+    finally:
+        chain_paths.gpu_rule.cache_clear()
