@@ -53,3 +53,16 @@ def test_the_layers_contract_holds():
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:]
     assert "0 broken" in res.stdout
+
+
+def test_every_arviz_call_goes_through_one_module():
+    """ArviZ 1.x is a new API: porting to it is ppl_attention/arviz_api.py alone, so no other
+    module of the package imports arviz (planted: an ``import arviz as az`` in diagnostics.py —
+    caught)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "ppl_attention"
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if p.name != "arviz_api.py"
+                 and re.search(r"^\s*(import arviz|from arviz)", p.read_text(), re.M)]
+    assert offenders == []

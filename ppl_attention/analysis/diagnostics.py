@@ -31,6 +31,7 @@ import torch
 from pyro import poutine
 from tqdm.auto import tqdm
 
+from .. import arviz_api
 from ..attend import recording
 from ..data.batching import make_batches
 from ..errors import UserError
@@ -92,8 +93,6 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
     """Diagnostics of ``run``'s guide on ``pairs`` with ``gold`` alignments (lists of
     (source, target) link sets); see the module docstring. A NumPyro model's run is read
     through the NumPyro contract (the same numbers)."""
-    import arviz as az
-
     if not isinstance(num_samples, int) or num_samples < 2:
         raise UserError(f"num_samples must be an int ≥ 2, got {num_samples!r}")
     pairs = getattr(pairs, "pairs", pairs)
@@ -125,7 +124,7 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
         iwae += float(iw.sum())
         distinct = np.array([len(np.unique(np.round(row, 9))) for row in lw64])
         if (distinct >= MIN_DISTINCT).any():
-            _, k = az.psislw(lw64[distinct >= MIN_DISTINCT])
+            _, k = arviz_api.psislw(lw64[distinct >= MIN_DISTINCT])
             khat.extend(np.atleast_1d(k).tolist())
         w = np.exp(lw64 - _logsumexp(lw64, 1)[:, None])
         ess.extend((1.0 / (w**2).sum(1) / num_samples).tolist())

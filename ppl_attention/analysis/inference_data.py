@@ -32,6 +32,7 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from tqdm.auto import tqdm
 
+from .. import arviz_api
 from ..attend import recording
 from ..data.batching import make_batches
 from ..distributions import categorical_draws
@@ -147,7 +148,6 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run`` — a NumPyro
     model's run through the NumPyro contract
     (:func:`ppl_attention.numpyro.inference.posterior.alignment_arrays`), the same groups."""
-    import arviz as az
     import xarray as xr
 
     if not isinstance(num_samples, int) or num_samples <= 0:
@@ -214,7 +214,7 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     posterior = {"alignment": post[None]}
     if q_draws is not None:
         posterior["alignment_q"] = q_draws[None]
-    idata = az.from_dict(
+    idata = arviz_api.from_dict(
         posterior=posterior,
         prior={"alignment": prior_draws[None]},
         log_likelihood={"y": log_lik[None]},

@@ -23,6 +23,8 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
+from ... import arviz_api
+
 __all__ = ["encode_pairs", "ibm2_model", "nuts_reference", "fit_svi", "compare_to_nuts"]
 
 
@@ -80,7 +82,6 @@ def _data_args(pairs):
 def nuts_reference(pairs, num_warmup: int = 500, num_samples: int = 1000, num_chains: int = 4,
                    seed: int = 0, progress: bool = False):
     """NUTS on :func:`ibm2_model` → (arviz.InferenceData, seconds)."""
-    import arviz as az
     from numpyro.infer import MCMC, NUTS
 
     args, sv, tv = _data_args(pairs)
@@ -92,7 +93,7 @@ def nuts_reference(pairs, num_warmup: int = 500, num_samples: int = 1000, num_ch
     # az.from_numpyro re-runs the model without enumeration and fails: build it from draws
     draws = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     stats = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
-    idata = az.from_dict(posterior=draws, sample_stats={"diverging": stats["diverging"]},
+    idata = arviz_api.from_dict(posterior=draws, sample_stats={"diverging": stats["diverging"]},
                          coords={"source_word": list(sv), "target_word": list(tv)},
                          dims={"theta": ["source_word", "target_word"]})
     return idata, seconds
@@ -121,10 +122,9 @@ def fit_svi(pairs, guide: str = "AutoNormal", steps: int = 3000, lr: float = 0.0
 def compare_to_nuts(pairs, guides=("AutoNormal", "AutoDelta"), seed: int = 0, **nuts_kwargs):
     """The NUTS reference (R-hat, bulk ESS) and, per autoguide, how far its posterior means are
     from the NUTS means: mean |Δθ| over the table and |Δλ|."""
-    import arviz as az
 
     idata, nuts_s = nuts_reference(pairs, seed=seed, **nuts_kwargs)
-    summary = az.summary(idata, var_names=["theta", "lam"])
+    summary = arviz_api.summary(idata, var_names=["theta", "lam"])
     ref = {k: idata.posterior[k].mean(("chain", "draw")).values for k in ("theta", "lam")}
     rows = [{"method": "NUTS (reference)", "mean_abs_theta": 0.0, "abs_lam": 0.0,
              "seconds": nuts_s, "lam": float(ref["lam"])}]
