@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..core.files import make_readable
 from ..data.corpus import atomic_write_text
 from ..errors import DataError, UserError
 from ..models.base import require
@@ -73,6 +74,7 @@ def cmd_analyze(args) -> int:
     os.close(fd)
     try:
         idata.to_netcdf(tmp)
+        make_readable(tmp)
         os.replace(tmp, out / "posterior.nc")
     finally:
         if os.path.exists(tmp):

@@ -152,6 +152,10 @@ def cmd_align(args) -> int:
     require(run.model, "alignment", tool="align")
     pairs = read_tsv(args.data)
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64)
+    n_unk = sum(b.n_unk for b in batches)
+    if n_unk:
+        print(f"note: {args.data}: {n_unk} token(s) unseen in training were mapped to <unk>",
+              file=sys.stderr)
     backend = args.backend or run.backend
     if backend == "numpyro":
         from ..backends import get_backend

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UnsafeCheckpoint, UserError
+from .files import make_readable
 
 __all__ = ["flatten_tree", "unflatten_tree", "save_arrays", "load_arrays"]
 
@@ -69,6 +70,7 @@ def save_arrays(path: str | os.PathLike, groups: dict[str, dict]) -> None:
     os.close(fd)
     try:
         np.savez(tmp, **flat)
+        make_readable(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

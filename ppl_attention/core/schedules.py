@@ -6,13 +6,16 @@ from __future__ import annotations
 import math
 import random
 
-__all__ = ["LR_SCHEDULES", "kl_annealing", "batch_order"]
+__all__ = ["LR_SCHEDULES", "SPANS_STEPS", "kl_annealing", "batch_order"]
 
 #: lr multiplier at ``step`` of ``steps``: constant, or ½(1 + cos(π·step/steps)) (cosine)
 LR_SCHEDULES = {
     "constant": lambda step, steps: 1.0,
     "cosine": lambda step, steps: 0.5 * (1.0 + math.cos(math.pi * step / max(1, steps))),
 }
+
+#: the schedules that are a function of the run's total steps (a resumed run must keep them)
+SPANS_STEPS = frozenset({"cosine"})
 
 
 def kl_annealing(step: int, rho: float | None, weight: float = 1.0) -> float:

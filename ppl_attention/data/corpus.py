@@ -6,6 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..core.files import make_readable
 from ..errors import DataError
 
 __all__ = ["Pair", "DataError", "read_tsv", "read_sequences", "read_utf8", "write_tsv",
@@ -57,6 +58,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        make_readable(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -73,6 +75,7 @@ def write_directory_atomically(path: str | os.PathLike, fill) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     try:
+        make_readable(tmp)
         fill(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")

@@ -49,8 +49,8 @@ def check_ensemble(runs) -> list:
     for r in runs:
         if declared(r.model, "backend") != "pyro":
             raise MissingCapability(f"decoding runs a Pyro model's predictive; "
-                                    f"{type(r.model).__name__} is a NumPyro model "
-                                    f"({r.method}), which decode does not serve in this version")
+                                    f"{type(r.model).__name__} (a run of {r.method}) is a NumPyro "
+                                    f"model, which decode does not serve in this version")
         require(r.model, "predictive", tool="decoding")
         for side in ("src_vocab", "tgt_vocab"):
             if getattr(r, side).itos != getattr(first, side).itos:

@@ -238,7 +238,7 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
             return run, None  # rank 0 evaluates and writes the run directory
         with best_weights(run):
             rep = report(run, data.test, source, backend=backend_name)
-    for key in ("ms_per_step", "compilations", "compile_seconds"):
+    for key in ("ms_per_step", "ms_per_step_compiled", "compilations", "compile_seconds"):
         if key in run.extra:
             rep[key] = run.extra[key]
     run.extra["test_report"] = rep

@@ -14,7 +14,7 @@ import torch
 from pyro import poutine
 from tqdm.auto import tqdm
 
-from ..core.schedules import LR_SCHEDULES, batch_order
+from ..core.schedules import LR_SCHEDULES, SPANS_STEPS, batch_order
 from ..errors import UserError
 from ..models.base import check_method, declared
 from ..models.device import model_device
@@ -26,6 +26,17 @@ from .run import Run
 #: ``training_defaults`` replace them for that model)
 TRAINING_DEFAULTS = dict(steps=1000, lr=1e-2, lr_schedule="cosine", batch_size=64, clip=5.0,
                          weight_decay=0.0, kl_weight=1.0, anneal_rho=None, valid_every=250)
+
+
+def check_resume_steps(resume, steps: int, lr_schedule: str) -> None:
+    """Refuse resuming a run with other ``--steps`` than it was trained for when its learning
+    rate follows a schedule over the steps: the resumed run would not continue the run."""
+    before = None if resume is None else resume.config.get("steps")
+    if before is not None and before != steps and lr_schedule in SPANS_STEPS:
+        raise UserError(f"--resume with --steps {steps}: this run was trained for {before} "
+                        f"steps, and its {lr_schedule} learning rate spans them — resume with "
+                        f"--steps {before}, or train with --lr-schedule constant (which a "
+                        f"resumed run may extend)")
 
 
 def training_options(model_class, **given) -> dict:
@@ -127,10 +138,11 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
     if anneal_rho is not None and m.anneal_rho is None:
         raise UserError(f"--anneal-rho sets the KL annealing of methods that anneal it "
                         f"(bam-weibull, bam-lognormal), not of {method}")
+    check_resume_steps(resume, steps, lr_schedule)
     pyro.clear_param_store()
     run = resume or Run(model, method, src_vocab, tgt_vocab, dict(config or {}),
                         model_spec=model_spec)
-    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed,
+    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, steps=steps,
                       valid_every=opts["valid_every"], lr_schedule=lr_schedule,
                       kl_weight=opts["kl_weight"], weight_decay=opts["weight_decay"],
                       **({"anneal_rho": opts["anneal_rho"] or m.anneal_rho}

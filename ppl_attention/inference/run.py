@@ -104,7 +104,8 @@ class Run:
                 save_arrays(tmp / "optimizer.npz",
                             {"leaves": {str(i): x for i, x in enumerate(leaves)}})
             metrics = {"history": self.history}
-            for key in ("ms_per_step", "train_seconds", "compilations", "compile_seconds"):
+            for key in ("ms_per_step", "ms_per_step_compiled", "train_seconds", "compilations",
+                        "compile_seconds"):
                 if key in self.extra:
                     metrics[key] = self.extra[key]
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))

@@ -13,7 +13,7 @@ Required members
 ----------------
 ``__init__(self, src_vocab, tgt_vocab, *, family, **options)``
     The data's dimensions (for ``"pairs"``: source and target vocabulary sizes, the special
-    tokens ``<pad> <unk> <bos> <eos>`` included, ids 0–3), ``family`` — the alignment family a
+    tokens ``<unk> <pad> <bos> <eos>`` included, ids 0–3 in that order), ``family`` — the family a
     method chooses (a :class:`~ppl_attention.families.Family`; sample it with ``pa.attend``) —
     and the model's own options as keyword arguments with defaults (int, float, str or bool).
     The command line offers every option as ``--name`` (``train --model X --help`` lists them)
@@ -109,7 +109,7 @@ from ..errors import MissingCapability, UserError
 
 __all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_model_class",
            "check_method", "exact_token_log_likelihood", "exact_posterior",
-           "posterior_samples", "prior_probs", "declared"]
+           "posterior_samples", "prior_probs", "declared", "simulate", "with_targets"]
 
 
 class AlignmentModel(RecordsConfig, nn.Module):
@@ -226,6 +226,62 @@ def prior_probs(model, batch) -> torch.Tensor:
     fn = trace.nodes[site]["fn"]
     support = fn.enumerate_support(expand=False)
     return fn.log_prob(support).exp().reshape(support.shape[0], *fn.batch_shape).permute(1, 2, 0)
+
+
+def with_targets(batch, tgt_out: torch.Tensor):
+    """``batch`` with its targets replaced by ``tgt_out [B, T]`` (the decoder's input shifted
+    from it: ``<bos> y_1 … y_{T−1}``), lengths and masks kept."""
+    import dataclasses
+
+    tgt_in = torch.cat([batch.tgt_in[:, :1], tgt_out[:, :-1]], 1)
+    tgt_in = torch.where(batch.tgt_mask, tgt_in, batch.tgt_in)
+    return dataclasses.replace(batch, tgt_in=tgt_in, tgt_out=torch.where(
+        batch.tgt_mask, tgt_out, batch.tgt_out))
+
+
+def _observed_target(trace, site: str, B: int, T: int):
+    """The model's one observed target site as a distribution one can sample ``[B, T]``."""
+    obs = [(n, s) for n, s in trace.nodes.items() if s["type"] == "sample" and s["is_observed"]
+           and n != site and not site_is_subsample(s)]
+    fns = [(n, s["fn"]) for n, s in obs if tuple(s["fn"].batch_shape[-2:]) == (B, T)
+           and hasattr(s["fn"], "support") and getattr(s["fn"].support, "is_discrete", False)]
+    if len(obs) != 1 or len(fns) != 1:
+        raise MissingCapability(
+            "simulating targets from the model needs its one observed site to be a discrete "
+            "distribution under the [batch, target] plates (a factor cannot be sampled); "
+            f"found {', '.join(n for n, _ in obs) or 'none'} — implement simulate(batch, "
+            "generator) (docs/architecture.md)")
+    return fns[0][1]
+
+
+@torch.no_grad()
+def simulate(model, batch, generator=None):
+    """A draw from p(z, y | x) with the batch's target lengths: ``(batch with the simulated
+    targets, alignment value [B, T, …], attention weights [B, T, S])`` — the model's own
+    ``simulate(batch, generator)``, or its program run once per target position t (z_t from
+    the prior at t given the simulated y<t, then y_t from the observed site's distribution
+    given z_t; the program must be causal in y, as a decoder is). Draws use Pyro's RNG."""
+    from ..attend import recording
+
+    if _own(model, "simulate"):
+        return model.simulate(batch, generator)
+    site = declared(model, "site")
+    B, T = batch.tgt_out.shape
+    sim = batch
+    values, weights = [], []
+    for t in range(T):
+        with recording() as calls, poutine.block():
+            trace = poutine.trace(model.model).get_trace(sim)
+        if site not in trace.nodes:
+            raise MissingCapability(f"{type(model).__name__}: no site {site!r} in the model")
+        y_t = _observed_target(trace, site, B, T).sample()[:, t]
+        out = sim.tgt_out.clone()
+        out[:, t] = y_t
+        sim = with_targets(sim, out)
+        values.append(trace.nodes[site]["value"][:, t])
+        call = next(c for c in calls if c.name == site)
+        weights.append(call.weights[:, t])
+    return sim, torch.stack(values, 1), torch.stack(weights, 1)
 
 
 # --- checks -----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..attend import attend
 from ..distributions import categorical_draws
-from ..errors import UserError
+from ..errors import MissingCapability, UserError
 from ..families import FAMILIES, Family, GaussianContext, make_family, masked_softmax
 from ..scores import SCORES, BilinearScore, make_score
 from .base import AlignmentModel
@@ -284,6 +284,43 @@ class Seq2SeqAlignment(AlignmentModel):
             picked = st["joint"][rows, :, tokens]  # [k', S]
             st["log_filter"] = picked - picked.logsumexp(-1, keepdim=True)
         return st
+
+    @torch.no_grad()
+    def simulate(self, batch, generator=None):
+        """A draw from p(z, y | x) with the batch's target lengths — the decoder run on its own
+        draws: at step t the prior scores e_t, z_t from the family's prior, y_t ~ softmax(W_o
+        tanh(W_ch h_t + W_cv v(z_t))) — as ``(batch with the simulated targets, alignment values
+        [B, T, …], attention weights [B, T, S])`` (calibration's simulations; Pyro's RNG)."""
+        from .base import with_targets
+
+        if self.markov:
+            raise MissingCapability("simulating the Markov family's chain is not written: its "
+                                    "draws would need the filter of every step")
+        H = self.encode(batch.src, batch.src_mask)
+        keys = self.score.project_keys(H)
+        state = self.initial_state(H)
+        mask = batch.src_mask.unsqueeze(1)  # [B, 1, S]
+        prev = batch.tgt_in[:, 0]
+        ys, values, weights = [], [], []
+        for t in range(batch.tgt_out.shape[1]):
+            state, e = self.decoder_step(H, batch.src_mask, self.tgt_emb(prev), state, keys)
+            e1 = e.unsqueeze(1)  # [B, 1, S]
+            fn = self.family.prior(e1, mask, keys=H, values=H)
+            if fn is None:
+                value = w = self.family.deterministic_weights(e1, mask)
+                v = w @ H
+            else:
+                value = fn.sample()
+                w = self.family.weights(value, e1, mask)
+                v = w @ H if self.family.normalizes else self.family.context(value, H)
+            logits = self.W_o(torch.tanh(self.W_ch(state[0]) + self.W_cv(v[:, 0])))
+            y = dist.Categorical(logits=logits).sample()
+            prev = torch.where(batch.tgt_mask[:, t], y, batch.tgt_in[:, 0])
+            ys.append(y)
+            values.append(value[:, 0])
+            weights.append(w[:, 0])
+        return (with_targets(batch, torch.stack(ys, 1)), torch.stack(values, 1),
+                torch.stack(weights, 1))
 
     def soft_token_log_likelihood(self, batch) -> torch.Tensor:
         """log p(y_t | h_t, c̄_t) of the deterministic soft-attention model, ``[B, T]``."""

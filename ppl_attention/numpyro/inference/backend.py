@@ -5,6 +5,7 @@ twin its class declares (``numpyro_twin``)."""
 from __future__ import annotations
 
 from ...contract import declared
+from ...errors import UserError
 from ..models.base import is_numpyro_model
 from .evaluate import alignment_links, elbo_per_token, nll_per_token
 from .fit import data_parallel, fit
@@ -59,13 +60,14 @@ def preflight(model_class, methods, exp) -> None:
         try:
             model = model_class(**data.dims, **exp.model_options, family=method_family(method))
         except TypeError as e:
-            from ...errors import UserError
-
             raise UserError(f"--model {exp.model}: {e}") from None
-        params, _ = base.init_params(model, batch, jax.random.PRNGKey(0))
-        caps = base.capabilities(model)
-        for member, cap in (("exact_token_log_likelihood", "exact-likelihood"),
-                            ("exact_posterior", "exact-posterior"), ("prior_probs", "prior"),
-                            ("soft_token_log_likelihood", "soft-likelihood")):
-            if callable(getattr(model, member, None)) and cap in caps:
-                getattr(base, member)(model, params, batch)
+        try:
+            params, _ = base.init_params(model, batch, jax.random.PRNGKey(0))
+            caps = base.capabilities(model)
+            for member, cap in (("exact_token_log_likelihood", "exact-likelihood"),
+                                ("exact_posterior", "exact-posterior"), ("prior_probs", "prior"),
+                                ("soft_token_log_likelihood", "soft-likelihood")):
+                if callable(getattr(model, member, None)) and cap in caps:
+                    getattr(base, member)(model, params, batch)
+        except UserError as e:
+            raise type(e)(f"--model {exp.model} ({method}): {e}") from None

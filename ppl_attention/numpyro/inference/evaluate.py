@@ -21,6 +21,7 @@ from ...errors import UserError
 from ...inference.evaluate import guide_posterior
 from ..batching import to_jax
 from ..models.base import exact_posterior, exact_token_log_likelihood, is_numpyro_model
+from .cache import enable_compilation_cache
 from .methods import enumerated_guide_loss, get_method, make_elbo
 from .twins import parameter_pairs, params_from_torch, twin_of
 
@@ -34,6 +35,7 @@ MULTIPLE = "bucket"  # S and T padded up to a few bucket lengths: few shapes, fe
 def model_and_params(run, batch=None, params=None):
     """(NumPyro model, param map) of a run: a NumPyro model's own, or the twin of a Pyro model
     with the run's current weights (``params``: other weights, e.g. mid-training)."""
+    enable_compilation_cache()  # evaluation compiles too: keep it for the next command
     if is_numpyro_model(run.model):
         return run.model, (run.params if params is None else params)
     cache = run.__dict__.setdefault("_numpyro_twin", {})

@@ -19,9 +19,7 @@ between runs, so another seed, a resume or the next job of a sweep loads them in
 from __future__ import annotations
 
 import functools
-import os
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -32,7 +30,7 @@ from tqdm.auto import tqdm
 from ...contract import check_method, declared
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...errors import UserError
-from ...inference.fit import training_options
+from ...inference.fit import check_resume_steps, training_options
 from ...inference.run import Run
 from ..batching import to_jax
 from ..models.base import (
@@ -43,43 +41,13 @@ from ..models.base import (
     soft_token_log_likelihood,
     unconstrain,
 )
+from .cache import CACHE_ENV, enable_compilation_cache
 from .evaluate import MULTIPLE, nll_per_token
 from .methods import enumerated_guide_loss, get_method, score_function_loss
 from .twins import parameter_pairs, state_dict_from_params, twin_of
 
 __all__ = ["fit", "make_loss", "make_step", "optimizer", "data_parallel",
            "enable_compilation_cache", "CACHE_ENV"]
-
-#: environment variable: ``off`` disables the persistent compilation cache, a path moves it
-CACHE_ENV = "PPL_ATTENTION_JAX_CACHE"
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ppl_attention" / "jax"
-
-
-@functools.cache
-def enable_compilation_cache() -> str | None:
-    """Turn on JAX's persistent compilation cache in the user's cache directory
-    (``$XDG_CACHE_HOME/ppl_attention/jax``, else ``~/.cache/ppl_attention/jax``), or in the
-    directory ``$PPL_ATTENTION_JAX_CACHE`` names; ``PPL_ATTENTION_JAX_CACHE=off`` leaves it
-    off. Returns the directory used (None: off). Compilations under half a second are not
-    kept."""
-    setting = os.environ.get(CACHE_ENV, "").strip()
-    if setting.lower() in ("0", "off", "no", "false", "none"):
-        return None
-    path = Path(setting).expanduser() if setting else default_cache_dir()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"{CACHE_ENV}: cannot use {path} as JAX's compilation cache ({e}); "
-                        f"set {CACHE_ENV}=off to train without it") from None
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return str(path)
-
 
 def optimizer(clip: float = 0.0, weight_decay: float = 0.0) -> optax.GradientTransformation:
     """The direction of torch's Adam, as optax composes it: global-norm clipping at ``clip``
@@ -230,6 +198,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         raise UserError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     if not train:
         raise UserError("no training batches")
+    check_resume_steps(resume, steps, lr_schedule)
     enable_compilation_cache()
     native = is_numpyro_model(model)
     rows = max(b.size for b in train)
@@ -257,7 +226,8 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         raw, opt = jax.device_put(raw, shard[1]), jax.device_put(opt, shard[1])
     run = resume or Run(model, method, src_vocab, tgt_vocab, dict(config or {}),
                         model_spec=model_spec)
-    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, valid_every=valid_every,
+    run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, steps=steps,
+                      valid_every=valid_every,
                       lr_schedule=lr_schedule, backend="numpyro", devices=devices,
                       kl_weight=kl_weight, weight_decay=opts["weight_decay"],
                       **({"anneal_rho": anneal_rho or m.anneal_rho}
@@ -322,7 +292,9 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
             snapshot(step + 1)
             run.save(out, complete=False)
     snapshot(steps)
-    run.extra.update(ms_per_step=1000 * (time.perf_counter() - t0) / max(1, steps - start),
+    elapsed = time.perf_counter() - t0
+    run.extra.update(ms_per_step=1000 * elapsed / max(1, steps - start),
+                     ms_per_step_compiled=1000 * (elapsed - compile_s) / max(1, steps - start),
                      shapes=len({(b.src.shape, b.tgt_out.shape) for b in jtrain}),
                      jax_devices=sorted({f"{d.platform}:{d.id}" for leaf in jax.tree.leaves(raw)
                                          for d in leaf.devices()}))
