@@ -119,16 +119,56 @@ def test_parameters_are_found_from_the_programs_and_a_missing_one_is_named():
         base.exact_token_log_likelihood(m, params, jb)
 
 
-@pytest.fixture(scope="module")
-def compared(tmp_path_factory, data_dir):
-    out = tmp_path_factory.mktemp("numpyro-tutorial") / "cmp"
-    assert main(["compare", "--model", NUMPYRO_SPEC, "--data-dir", str(data_dir), "--methods",
+def _compare(tmp_path_factory, data_dir, spec):
+    out = tmp_path_factory.mktemp("numpyro-model") / "cmp"
+    assert main(["compare", "--model", spec, "--data-dir", str(data_dir), "--methods",
                  "exact,vae-enum,hard-enum", "--out", str(out), *SMALL]) == 0
     return out
 
 
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory, data_dir):
+    return _compare(tmp_path_factory, data_dir, NUMPYRO_SPEC)
+
+
 def test_a_numpyro_model_through_compare_evaluate_align_analyze_diagnose(compared, data_dir,
                                                                          capsys, tmp_path):
+    _through_every_tool(compared, data_dir, NUMPYRO_SPEC, capsys, tmp_path)
+    run = compared / "runs" / "vae-enum-seed0"
+    # the same run's guide read through its Pyro twin (weights moved by name): the same exact
+    # quantities — the NumPyro analysis path against the Pyro one
+    from diagonal import DiagonalAlignment as PyroDiagonal
+
+    from ppl_attention.analysis import guide_diagnostics
+    from ppl_attention.data import read_pharaoh, read_tsv
+    from ppl_attention.inference import get_method as pyro_method
+    from ppl_attention.inference.run import Run
+    from ppl_attention.numpyro.inference.twins import state_dict_from_params
+
+    r_np = Run.load(run)
+    tm = PyroDiagonal(**r_np.model.config, family=pyro_method("vae-enum").family())
+    tm.load_state_dict(state_dict_from_params(r_np.model, r_np.params, tm))
+    r_t = Run(tm, "vae-enum", r_np.src_vocab, r_np.tgt_vocab)
+    pairs = read_tsv(data_dir / "test.tsv")
+    gold = read_pharaoh(data_dir / "test.align")
+    d_np, d_t = (guide_diagnostics(r, pairs, gold, num_samples=8, progress=False)
+                 for r in (r_np, r_t))
+    for key in ("kl_exact_q", "log_lik"):
+        assert d_np[key] == pytest.approx(d_t[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.integration
+def test_a_numpyro_model_written_from_the_docs_alone_through_every_tool(tmp_path_factory,
+                                                                        data_dir, capsys,
+                                                                        tmp_path):
+    """tests/models/content_numpyro.py: a content-based aligner a new user wrote from README and
+    docs/architecture.md alone (not the tutorial's model)."""
+    spec = f"{ROOT / 'tests' / 'models' / 'content_numpyro.py'}:ContentAlignment"
+    _through_every_tool(_compare(tmp_path_factory, data_dir, spec), data_dir, spec, capsys,
+                        tmp_path)
+
+
+def _through_every_tool(compared, data_dir, spec, capsys, tmp_path):
     capsys.readouterr()
     rows = {r.split(",")[0]: r.split(",") for r in
             (compared / "results.csv").read_text().splitlines()[1:]}
@@ -136,7 +176,7 @@ def test_a_numpyro_model_through_compare_evaluate_align_analyze_diagnose(compare
     assert all(r[2] == "ok" for r in rows.values())
     run = compared / "runs" / "vae-enum-seed0"
     config = json.loads((run / "config.json").read_text())
-    assert config["train"]["backend"] == "numpyro" and config["model_class"] == NUMPYRO_SPEC
+    assert config["train"]["backend"] == "numpyro" and config["model_class"] == spec
     assert (run / "params.npz").exists() and not (run / "checkpoint.pt").exists()
     # evaluate (backend taken from the run) reproduces the job's report, exactly
     assert main(["evaluate", str(run), "--data-dir", str(data_dir), "--json"]) == 0
@@ -168,32 +208,12 @@ def test_a_numpyro_model_through_compare_evaluate_align_analyze_diagnose(compare
     assert "alignment_q" in idata.posterior and "exact_posterior" in idata.groups()
     assert idata.log_likelihood["y"].shape[-1] == idata.observed_data["y"].shape[0]
     assert np.isfinite(az.loo(idata).elpd_loo)
-    # diagnose: KL(exact ‖ q) ≥ 0; the prior-as-guide run is further from the posterior
+    # diagnose: KL(exact ‖ q) ≥ 0 and log p − ELBO ≥ 0 (up to the draws)
     assert main(["diagnose", str(run), str(compared / "runs" / "hard-enum-seed0"),
                  "--num-samples", "20", "--out", str(tmp_path / "d.md")]) == 0
     diag = json.loads((tmp_path / "d.json").read_text())
     assert all(d["kl_exact_q"] >= -1e-6 and d["log_lik_exact"] for d in diag)
     assert all(d["elbo_gap"] >= -0.05 for d in diag)  # ELBO ≤ log p, up to draws
-    # the same run's guide read through its Pyro twin (weights moved by name): the same exact
-    # quantities — the NumPyro analysis path against the Pyro one
-    from diagonal import DiagonalAlignment as PyroDiagonal
-
-    from ppl_attention.analysis import guide_diagnostics
-    from ppl_attention.data import read_pharaoh, read_tsv
-    from ppl_attention.inference import get_method as pyro_method
-    from ppl_attention.inference.run import Run
-    from ppl_attention.numpyro.inference.twins import state_dict_from_params
-
-    r_np = Run.load(run)
-    tm = PyroDiagonal(**r_np.model.config, family=pyro_method("vae-enum").family())
-    tm.load_state_dict(state_dict_from_params(r_np.model, r_np.params, tm))
-    r_t = Run(tm, "vae-enum", r_np.src_vocab, r_np.tgt_vocab)
-    pairs = read_tsv(data_dir / "test.tsv")
-    gold = read_pharaoh(data_dir / "test.align")
-    d_np, d_t = (guide_diagnostics(r, pairs, gold, num_samples=8, progress=False)
-                 for r in (r_np, r_t))
-    for key in ("kl_exact_q", "log_lik"):
-        assert d_np[key] == pytest.approx(d_t[key], rel=1e-4, abs=1e-6), key
 
 
 def test_check_twin_passes_on_the_tutorial_pair(capsys):
@@ -208,6 +228,20 @@ def test_check_twin_passes_on_the_tutorial_pair(capsys):
                                            "bam-weibull"]
     assert all(r["ok"] and r["grad_rel"] <= 1e-4 and r["loss_rel"] <= 1e-4 for r in rows)
     assert [r["sampled"] for r in rows] == [False, False, False, True, True]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("pair", [(PYRO_SPEC, NUMPYRO_SPEC, []),
+                                  ("seq2seq", "ppl_attention.numpyro.models:Seq2SeqAlignment",
+                                   ["--option", "hidden=8"])], ids=["tutorial", "seq2seq"])
+def test_check_twin_passes_for_every_method_both_train(pair, capsys):
+    capsys.readouterr()
+    pyro_spec, numpyro_spec, opts = pair
+    assert main(["check-twin", pyro_spec, numpyro_spec, "--task", "reorder", "--json",
+                 *opts]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) >= 10 and all(r["ok"] for r in rows)
+    assert max(max(r["loss_rel"], r["grad_rel"]) for r in rows) <= 1e-4
 
 
 def test_check_twin_fails_on_a_twin_that_differs(tmp_path, capsys):
