@@ -91,10 +91,10 @@ task = make_task("reorder", n_train=40, n_eval=4, seed=2, min_len=3, max_len=5)
 sv = Vocab.build(s for s, _ in task.train.pairs)
 tv = Vocab.build(t for _, t in task.train.pairs)
 batches = make_batches(task.train.pairs, sv, tv, 8)
-for method in ("vae-enum", "bam-weibull"):
+for method in ("bam-weibull",):  # a family whose own parameters attend registers
     with devices.jax_default_device("cuda"):
         m = DiagonalAlignment(len(sv), len(tv), family=get_method(method).family(), dim=8)
-        run = fit(m, batches, method, 3, progress=False, valid=batches[:1], valid_every=2)
+        run = fit(m, batches[:1], method, 2, progress=False)
     print(method, run.extra["jax_devices"])
 """
 
@@ -105,9 +105,8 @@ def test_numpyro_training_follows_the_default_jax_device(tmp_path):
     res = subprocess.run([sys.executable, "-c", FOLLOWS, str(ROOT / "examples" / "tutorial")],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
-    lines = [line for line in res.stdout.splitlines() if line.split()[0] in ("vae-enum",
-                                                                             "bam-weibull")]
-    assert lines == ["vae-enum ['cpu:1']", "bam-weibull ['cpu:1']"], res.stdout
+    lines = [line for line in res.stdout.splitlines() if line.startswith("bam-weibull")]
+    assert lines == ["bam-weibull ['cpu:1']"], res.stdout
 
 
 def test_the_gpu_rule_of_auto_comes_from_the_measurement_once_it_exists(tmp_path, monkeypatch):

@@ -217,17 +217,16 @@ def _through_every_tool(compared, data_dir, spec, capsys, tmp_path):
 
 
 def test_check_twin_passes_on_the_tutorial_pair(capsys):
-    """Every loss kind of the NumPyro loop: deterministic, enumerated in the model, enumerated
-    guide, a sampled reparameterized guide, a closed-form KL with the family's own parameters
-    (all methods both train: the statistical tier and docs/results.md)."""
+    """Three loss kinds of the NumPyro loop: enumerated in the model, a sampled reparameterized
+    guide at the Pyro guide's draws, a closed-form KL with the family's own parameters (every
+    method both train: the integration tier below, and docs/results.md)."""
     capsys.readouterr()
     assert main(["check-twin", PYRO_SPEC, NUMPYRO_SPEC, "--task", "reorder", "--methods",
-                 "soft,exact,vae-enum,vae-gumbel,bam-weibull", "--json"]) == 0
+                 "exact,vae-gumbel,bam-weibull", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["method"] for r in rows] == ["soft", "exact", "vae-enum", "vae-gumbel",
-                                           "bam-weibull"]
+    assert [r["method"] for r in rows] == ["exact", "vae-gumbel", "bam-weibull"]
     assert all(r["ok"] and r["grad_rel"] <= 1e-4 and r["loss_rel"] <= 1e-4 for r in rows)
-    assert [r["sampled"] for r in rows] == [False, False, False, True, True]
+    assert [r["sampled"] for r in rows] == [False, True, True]
 
 
 @pytest.mark.integration
