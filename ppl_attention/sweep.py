@@ -13,6 +13,7 @@ and sent with the jobs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -141,6 +142,33 @@ def check_run_dir(path: Path) -> None:
                               f"overwrite it (move it away and rerun)")
 
 
+def calibrate_job(exp, run, run_dir: Path) -> dict:
+    """``--calibrate``: the run's guide (best weights) calibrated by simulation on its test
+    split, the report written into its run directory; the table's columns back."""
+    from .analysis.calibration import calibrate, write_report
+    from .contract import declared
+    from .data.kinds import data_kind
+    from .devices import jax_default_device
+    from .inference.experiment import best_weights
+
+    kind = data_kind(declared(run.model, "data"))
+    test = kind.load(exp.source()).test
+    place = jax_default_device(exp.device) if run.backend == "numpyro" else \
+        contextlib.nullcontext()
+    with place, best_weights(run):
+        res = calibrate(run, test.pairs, getattr(test, "gold", None), progress=False)
+    write_report(res, run_dir)
+    return calibration_columns(res)
+
+
+def calibration_columns(res: dict) -> dict:
+    """The comparison table's calibration columns: the smallest uniformity p-value and the 90 %
+    coverage of the first posterior (the guide; the exact posterior for an exact method)."""
+    row = res["rows"][0]
+    return {"cal_p_min": row["p_min"], "cal_cov_90": row["coverage"]["0.90"],
+            "cal_pass": row["passes"]}
+
+
 def completed(path: Path) -> dict | None:
     """The result of a finished job read back from its run directory, or None if unfinished."""
     if not (path / COMPLETE).exists():
@@ -152,8 +180,13 @@ def completed(path: Path) -> dict | None:
         return None
     if "test_report" not in extra:
         return None
-    return {"status": "ok", "report": extra["test_report"], "history": history,
-            "resumed": True}
+    report = dict(extra["test_report"])
+    if (path / "calibration.json").exists():
+        try:
+            report.update(calibration_columns(json.loads((path / "calibration.json").read_text())))
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+    return {"status": "ok", "report": report, "history": history, "resumed": True}
 
 
 def read_data_files(data_dir: str | None) -> dict[str, bytes] | None:
@@ -181,6 +214,8 @@ def run_job(train_fn: Callable, args, job: Job, run_dir: str, threads: int | Non
             check_run_dir(Path(run_dir))
             run, report = train_fn(a, job.method, job.seed, Path(run_dir),
                                    progress=threads is None)
+            if a.calibrate:
+                report.update(calibrate_job(a, run, Path(run_dir)))
             return {"status": "ok", "report": report, "history": run.history}
         with tempfile.TemporaryDirectory(prefix="ppl-attention-job-") as tmp:
             if data_files is not None:
@@ -189,6 +224,8 @@ def run_job(train_fn: Callable, args, job: Job, run_dir: str, threads: int | Non
                     (Path(tmp) / "data" / n).write_bytes(b)
                 a.data_dir_record, a.data_dir = a.data_dir, str(Path(tmp) / "data")
             run, report = train_fn(a, job.method, job.seed, Path(tmp) / "run", progress=False)
+            if a.calibrate:
+                report.update(calibrate_job(a, run, Path(tmp) / "run"))
             root = Path(tmp) / "run"
             files = {str(p.relative_to(root)): p.read_bytes()
                      for p in sorted(root.rglob("*")) if p.is_file()}
@@ -418,7 +455,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         floor = floor if floor is not None else reps[0].get("floor_nll_per_token")
         curves.setdefault(label, ok[0][1]["history"])
         summary.append({"method": label, "exact": reps[0].get("exact"), "n": len(ok),
-                        **{c: mean_sd([r.get(c) for r in reps]) for c in columns}})
+                        **{c: mean_sd([r.get(c) for r in reps])
+                           for c in columns + ["cal_p_min", "cal_cov_90"]}})
 
     def fmt(v, digits=3):
         if v is None:
@@ -431,8 +469,10 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         md += ["| method | " + " | ".join(LABEL_HEADS) + " |",
                "|---|" + "---|" * len(LABEL_HEADS)]
     else:
-        md += ["| method | NLL/token | exact | ELBO/token | AER | ms/step |",
-               "|---|---|---|---|---|---|"]
+        cal = any("cal_p_min" in rep for rep in reports)
+        md += ["| method | NLL/token | exact | ELBO/token | AER | ms/step |"
+               + (" calibration min p | coverage 90 % |" if cal else ""),
+               "|---|---|---|---|---|---|" + ("---|---|" if cal else "")]
     for s in summary:
         seeds_note = "" if s["n"] == seeds else f" ({s['n']} of {seeds} seeds)"
         if labelled:
@@ -442,7 +482,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         bound = "yes" if s["exact"] else "IWAE-10"
         md.append(f"| {s['method']}{seeds_note} | {fmt(s['nll_per_token'])} | {bound} | "
                   f"{fmt(s['elbo_per_token'])} | {fmt(s['aer'])} | "
-                  f"{fmt(s['ms_per_step'], 1)} |")
+                  f"{fmt(s['ms_per_step'], 1)} |"
+                  + (f" {fmt(s['cal_p_min'])} | {fmt(s['cal_cov_90'])} |" if cal else ""))
     bad = [(j, r) for j, r in zip(jobs, results) if r["status"] != "ok"]
     if bad:
         md += ["", "Failed jobs (rerun the same command to run only these):", ""]

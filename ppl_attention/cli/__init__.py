@@ -1,5 +1,5 @@
-"""The ``ppl-attention`` command: train | evaluate | align | decode | analyze | diagnose | sample |
-compare | sweep | check-twin | models.
+"""The ``ppl-attention`` command: train | evaluate | align | decode | analyze | diagnose |
+calibrate | sample | compare | sweep | check-twin | models.
 
 ``train``, ``compare`` and ``sweep`` take ``--model NAME`` (the registry: ``ppl-attention models``)
 or a user's model, ``--model path/to/file.py:ClassName`` / ``package.module:ClassName``; their
@@ -23,7 +23,8 @@ from .options import peek_model
 
 COMMANDS = {
     "train": train, "evaluate": evaluate, "align": evaluate, "decode": evaluate,
-    "analyze": analyze, "diagnose": analyze, "sample": sample, "compare": sweep, "sweep": sweep,
+    "analyze": analyze, "diagnose": analyze, "calibrate": analyze, "sample": sample,
+    "compare": sweep, "sweep": sweep,
     "check-twin": twin,
 }
 

@@ -27,6 +27,20 @@ def add_parsers(sub) -> None:
     add_run_model(p)
     p.set_defaults(fn=cmd_analyze)
 
+    p = sub.add_parser("calibrate", help="simulation-based calibration of a run's guide (and "
+                       "exact posterior): rank uniformity, coverage, gold coverage")
+    p.add_argument("run")
+    add_eval_data(p)
+    p.add_argument("--num-sims", type=int, default=200,
+                   help="targets simulated from the run's model (default 200)")
+    p.add_argument("--draws", type=int, default=99,
+                   help="alignments drawn from the guide per target (default 99)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="where calibration.{json,md,png} go (default: the run "
+                   "directory)")
+    add_run_model(p)
+    p.set_defaults(fn=cmd_calibrate)
+
     p = sub.add_parser("diagnose", help="guide-vs-exact diagnostics table of several runs")
     p.add_argument("runs", nargs="+")
     add_eval_data(p)
@@ -90,6 +104,19 @@ def cmd_analyze(args) -> int:
         written.append(out / "diagnostics.json")
     for w in written:
         print(f"wrote {w}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from ..analysis.calibration import calibrate, write_report
+
+    run = load_run(args.run, args)
+    split = _analysis_split(run, args, args.run)
+    result = calibrate(run, split.pairs, split.gold, num_sims=args.num_sims, draws=args.draws,
+                       seed=args.seed)
+    for path in write_report(result, Path(args.out or args.run)):
+        print(f"wrote {path}", file=sys.stderr)
+    print((Path(args.out or args.run) / "calibration.md").read_text(), end="")
     return 0
 
 

@@ -78,8 +78,8 @@ def model_options(cls) -> dict[str, ModelOption]:
                             f"type (annotate it or give it such a default)")
         clash = name in TRAINING_DEFAULTS or name in kind.options or name in (
             "task", "data_dir", "task_seed", "method", "methods", "seed", "out", "backend",
-            "devices", "device", "model", "resume", "checkpoint_every", "set", "seeds", "jobs",
-            "ray")
+            "devices", "device", "calibrate", "model", "resume", "checkpoint_every", "set",
+            "seeds", "jobs", "ray")
         if clash:
             raise UserError(f"{cls.__name__}: option {name!r} has the name of a command-line "
                             f"option of its own; rename it")
@@ -188,6 +188,7 @@ def experiment_from_args(args):
                       training=group("train__"), backend=args.backend,
                       devices=getattr(args, "devices", 1),
                       device=getattr(args, "device", "cpu"),
+                      calibrate=getattr(args, "calibrate", False),
                       resume=getattr(args, "resume", False),
                       checkpoint_every=getattr(args, "checkpoint_every", None))
 

@@ -59,6 +59,9 @@ def add_parsers(sub, model: str) -> None:
         p.add_argument("--out", required=True,
                        help="sweep directory: results.*, figures, runs/<job>/; rerunning into "
                        "it skips the jobs already complete")
+        p.add_argument("--calibrate", action="store_true",
+                       help="also calibrate each run's guide by simulation (ppl-attention "
+                       "calibrate: 200 simulated targets, 99 draws) and add its columns")
         add_data_source(p, cls)
         add_training(p, cls)
         add_model_options(p, cls)

@@ -10,7 +10,9 @@ Traits:
 - ``reparameterized``: draws are differentiable in the parameters (pathwise gradients);
 - ``normalizes``: the site value is an unnormalized S ≥ 0 and the attention is S / Σ S (BAM);
 - ``markov``: z_t depends on z_{t−1} — a chain, which a model must write as sequential sites
-  (``attend`` cannot sample it); only models that declare the family support it.
+  (``attend`` cannot sample it); only models that declare the family support it;
+- ``latent_context``: the site's value is the context vector itself (its attention weights
+  are the deterministic soft ones), not a position or a point on the simplex.
 
 Tools and models read these attributes (``family.enumerable`` …); nothing checks a family's
 name.
@@ -47,6 +49,7 @@ class FamilySpec:
     reparameterized: bool = False
     normalizes: bool = False
     markov: bool = False
+    latent_context: bool = False
     params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
 
     def validate(self, **kwargs) -> dict:
@@ -63,7 +66,7 @@ class FamilySpec:
     @property
     def traits(self) -> dict[str, bool]:
         return {k: getattr(self, k) for k in ("enumerable", "deterministic", "reparameterized",
-                                              "normalizes", "markov")}
+                                              "normalizes", "markov", "latent_context")}
 
 
 _BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
@@ -82,7 +85,7 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
     FamilySpec("lognormal", reparameterized=True, normalizes=True,
                params={"sigma": (0.5, _positive("sigma")),
                        "prior_sigma": (1.0, _positive("prior_sigma")), **_BAM}),
-    FamilySpec("gaussian-context", reparameterized=True,
+    FamilySpec("gaussian-context", reparameterized=True, latent_context=True,
                params={"prior": ("values-mean", _choice("prior", ("zero", "values-mean", "soft"))),
                        "prior_scale": (1.0, _positive("prior_scale")),
                        "posterior_scale": (0.1, _positive("posterior_scale"))}),

@@ -26,7 +26,8 @@ from .fit import TRAINING_DEFAULTS, training_options
 from .methods import get_method
 from .run import COMPLETE, PARTIAL, Run
 
-__all__ = ["Experiment", "train_one", "check_experiment", "report", "eval_batches"]
+__all__ = ["Experiment", "train_one", "check_experiment", "report", "eval_batches",
+           "best_weights"]
 
 
 @dataclass
@@ -40,7 +41,8 @@ class Experiment:
     ``backend``, ``device``, ``devices``: where it runs (``backend`` None: the model's own —
     ``pyro`` for a Pyro model, ``numpyro`` for a NumPyro model; ``device``: cpu, cuda, cuda:N or
     auto, :mod:`ppl_attention.devices`; ``devices``: NumPyro's data-parallel device count);
-    ``resume``, ``checkpoint_every``: a long run;
+    ``resume``, ``checkpoint_every``: a long run; ``calibrate``: a sweep also calibrates each
+    run's guide by simulation (:mod:`ppl_attention.analysis.calibration`);
     ``model_source``: the bytes of a user's model file shipped with a Ray job."""
 
     model: str = "seq2seq"
@@ -53,6 +55,7 @@ class Experiment:
     backend: str | None = None
     devices: int = 1
     device: str = "cpu"
+    calibrate: bool = False
     resume: bool = False
     checkpoint_every: int | None = None
     model_source: bytes | None = None

@@ -57,6 +57,7 @@ class Family:
     deterministic: bool = False
     normalizes: bool = False
     markov: bool = False
+    latent_context: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -63,7 +63,8 @@ from ...errors import MissingCapability, UserError
 
 __all__ = ["AlignmentModel", "init_params", "constrain", "unconstrain", "call",
            "exact_token_log_likelihood", "exact_posterior", "posterior_samples", "prior_probs",
-           "soft_token_log_likelihood", "substitute_params", "is_numpyro_model", "CAPABILITIES"]
+           "soft_token_log_likelihood", "substitute_params", "simulate", "is_numpyro_model",
+           "CAPABILITIES"]
 
 
 class AlignmentModel(RecordsConfig):
@@ -294,6 +295,64 @@ def prior_probs(model, params, batch):
     probs = jnp.exp(fn.log_prob(support))
     probs = jnp.broadcast_to(probs, (support.shape[0], B, T))
     return jnp.transpose(probs, (1, 2, 0))
+
+
+def _observed_target(trace, site: str, B: int, T: int):
+    """The model's one observed target site as a distribution one can sample ``[B, T]``."""
+    obs = [(n, s) for n, s in trace.items() if s["type"] == "sample" and s["is_observed"]
+           and n != site]
+    fns = [s["fn"] for _, s in obs if tuple(s["fn"].batch_shape[-2:]) == (B, T)
+           and getattr(s["fn"].support, "is_discrete", False)]
+    if len(obs) != 1 or len(fns) != 1:
+        raise MissingCapability(
+            "simulating targets from the model needs its one observed site to be a discrete "
+            "distribution under the [batch, target] plates (a factor cannot be sampled); "
+            f"found {', '.join(n for n, _ in obs) or 'none'} — implement simulate(batch, key) "
+            "(docs/architecture.md)")
+    return fns[0]
+
+
+def _simulation_step(model, params, sim, key, t):
+    """Position ``t`` of :func:`simulate`: the program run on the targets simulated so far,
+    z_t from its prior, y_t from its observed site; ``t`` may be traced (one compilation for
+    every position)."""
+    from ..attend import recording
+
+    site = declared(model, "site")
+    B, T = sim.tgt_out.shape
+    k_model, k_y = jax.random.split(jax.random.fold_in(key, t))
+    with recording() as calls:
+        trace = handlers.trace(handlers.seed(substitute_params(model.model, params),
+                                             k_model)).get_trace(sim)
+    if site not in trace:
+        raise MissingCapability(f"{type(model).__name__}: no site {site!r} in the model")
+    y_t = _observed_target(trace, site, B, T).sample(k_y)[:, t]
+    out = sim.tgt_out.at[:, t].set(jnp.where(sim.tgt_mask[:, t], y_t, sim.tgt_out[:, t]))
+    tgt_in = jnp.concatenate([sim.tgt_in[:, :1], out[:, :-1]], 1)
+    sim = sim._replace(tgt_out=out, tgt_in=jnp.where(sim.tgt_mask, tgt_in, sim.tgt_in))
+    weights = next(c for c in calls if c.name == site).weights
+    return sim, trace[site]["value"][:, t], weights[:, t]
+
+
+def simulate(model, params, batch, key):
+    """A draw from p(z, y | x) with the batch's target lengths: ``(batch with the simulated
+    targets, alignment value [B, T, …], attention weights [B, T, S])`` — the model's own
+    ``simulate(batch, key)``, or its program run once per target position t (z_t from the
+    prior given the simulated y<t, then y_t from the observed site given z_t; the program must
+    be causal in y, as a decoder is), each position by one jitted step."""
+    if _own(model, "simulate"):
+        return call(model.simulate, params, batch, key)
+    store = model.__dict__.setdefault("_jitted", {})
+    if "simulation-step" not in store:
+        store["simulation-step"] = jax.jit(
+            lambda p, s, k, t: _simulation_step(model, p, s, k, t))
+    step = store["simulation-step"]
+    sim, values, weights = batch, [], []
+    for t in range(batch.tgt_out.shape[1]):
+        sim, v, w = step(params, sim, key, jnp.asarray(t))
+        values.append(v)
+        weights.append(w)
+    return sim, jnp.stack(values, 1), jnp.stack(weights, 1)
 
 
 def soft_token_log_likelihood(model, params, batch):

@@ -1,0 +1,455 @@
+"""Calibration of a trained run's guide by simulation (SBC: Talts et al. 2018; with the
+data-dependent test quantity of Modrák et al. 2023), and the coverage of its credible sets.
+
+For N simulated targets from the run's own model given held-out sources — (z*, y) ~ p(z, y | x)
+with the sources' target lengths (:func:`ppl_attention.models.base.simulate`) — draw L
+alignments from q(z | x, y) and ask where z* falls among them:
+
+- **per token** (one random real token per pair, so the N ranks are independent): the rank of
+  z*_t among the L draws of z_t — a categorical z as a source position, ties broken at random;
+  for a simplex-valued z (Dirichlet, Concrete, Weibull, LogNormal) the ranks of three test
+  quantities of its weights w instead: the weight on the position z* weighs most, the mean
+  attended position Σ_j j·w_j and the entropy; for a context vector (Gaussian context) of two
+  fixed random projections;
+- **joint**: the rank of log q(z* | x, y) among log q(z_l | x, y) — a test quantity that
+  depends on the data, which catches a guide too wide or too narrow as a whole.
+
+Under calibration each rank, made continuous as (rank + U)/(L + 1), is uniform on [0, 1]: its
+ECDF stays inside the simultaneous band (Säilynoja et al. 2022, through ArviZ) and a
+Kolmogorov–Smirnov test keeps a large p-value. **Coverage**: the share of real tokens whose z*
+lies in q's credible set at 50/80/90/95 % — randomized highest-probability sets for a categorical
+q (exactly the level under calibration), central intervals of the test quantities otherwise.
+Where the model has an exact posterior the same is computed for it: the calibrated reference,
+which must pass. On data with gold alignments, the coverage of the same sets (of the real
+targets' q and exact posterior, the deterministic smallest set of mass ≥ level) against the
+gold links says whether the model *and* its guide are honest about the truth.
+
+A NumPyro model's run goes through :mod:`ppl_attention.numpyro.inference.calibration`; a Pyro
+model's (whichever backend trained it) through its Pyro program here. ``distort`` plants a
+miscalibration (a power study): a function of the guide site's distribution returning another.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyro
+import torch
+from pyro import poutine
+from pyro.poutine.messenger import Messenger
+from tqdm.auto import tqdm
+
+from .. import arviz_api
+from ..attend import recording
+from ..data.batching import make_batches
+from ..data.corpus import atomic_write_text
+from ..errors import UserError
+from ..inference.methods import get_method
+from ..models.base import capabilities, declared, exact_posterior, require, simulate
+from ..models.device import model_device
+
+__all__ = ["LEVELS", "calibrate", "rank_with_ties", "pit", "randomized_set_coverage",
+           "interval_coverage", "uniformity", "write_report", "ALPHA"]
+
+LEVELS = (0.5, 0.8, 0.9, 0.95)
+ALPHA = 0.01  # a row fails when a uniformity test's p-value is below ALPHA / (its tests)
+
+
+# --- statistics (numpy) -----------------------------------------------------------------------
+
+def rank_with_ties(draws: np.ndarray, truth: np.ndarray, rng) -> np.ndarray:
+    """Rank of ``truth [n]`` among ``draws [L, n]``: #{draws < truth} plus a uniform share of
+    the ties, an integer in 0..L."""
+    below = (draws < truth).sum(0)
+    ties = (draws == truth).sum(0)
+    return below + rng.integers(0, ties + 1)
+
+
+def pit(ranks: np.ndarray, L: int, rng) -> np.ndarray:
+    """(rank + U) / (L + 1): uniform on [0, 1] exactly when the ranks are uniform on 0..L."""
+    return (ranks + rng.random(ranks.shape)) / (L + 1)
+
+
+def uniformity(values: np.ndarray, prob: float = 0.99) -> dict:
+    """KS p-value of ``values`` against U(0, 1) and whether their ECDF stays inside ArviZ's
+    simultaneous ``prob`` band."""
+    from scipy.stats import kstest
+
+    values = np.sort(np.asarray(values, dtype=float))
+    n = len(values)
+    grid = np.linspace(0, 1, 101)[1:-1]
+    lower, upper = arviz_api.ecdf_confidence_band(n, grid, grid, prob=prob)
+    ecdf = np.searchsorted(values, grid, side="right") / n
+    return {"p_value": float(kstest(values, "uniform").pvalue),
+            "in_band": bool(np.all((ecdf >= lower - 1e-12) & (ecdf <= upper + 1e-12))), "n": n}
+
+
+def randomized_set_coverage(probs: np.ndarray, truth: np.ndarray, levels, rng) -> np.ndarray:
+    """Coverage at each level of the randomized highest-probability sets of ``probs [n, S]``:
+    positions in decreasing probability, whole while the mass before them is below the level,
+    the boundary one with the probability that makes the set's mass the level exactly — so a
+    calibrated q covers its truth at exactly the level. ``truth [n]`` → ``[len(levels)]``."""
+    order = np.argsort(-probs, -1)
+    sorted_p = np.take_along_axis(probs, order, -1)
+    before = np.cumsum(sorted_p, -1) - sorted_p  # mass of the positions ahead of each
+    where = np.argmax(order == truth[:, None], -1)
+    p_truth = sorted_p[np.arange(len(truth)), where]
+    m_before = before[np.arange(len(truth)), where]
+    out = []
+    for level in levels:
+        include = np.clip((level - m_before) / np.maximum(p_truth, 1e-300), 0.0, 1.0)
+        out.append(float((rng.random(len(truth)) < include).mean()))
+    return np.asarray(out)
+
+
+def smallest_set(probs: np.ndarray, level: float) -> np.ndarray:
+    """The deterministic highest-probability set of mass ≥ ``level`` of each row ``[n, S]`` →
+    a boolean ``[n, S]``."""
+    order = np.argsort(-probs, -1)
+    sorted_p = np.take_along_axis(probs, order, -1)
+    keep_sorted = (np.cumsum(sorted_p, -1) - sorted_p) < level
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, -1)
+    return keep
+
+
+def interval_coverage(draws: np.ndarray, truth: np.ndarray, levels) -> np.ndarray:
+    """Coverage of the central intervals of ``draws [L, n]`` at each level by ``truth [n]``."""
+    out = []
+    for level in levels:
+        lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        out.append(float(((truth >= lo) & (truth <= hi)).mean()))
+    return np.asarray(out)
+
+
+def simplex_quantities(w: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """Test quantities of attention weights ``w [..., S]``: the weight at ``best [...]`` (the
+    position the simulated alignment weighs most), the mean position Σ_j j·w_j, the entropy
+    → ``[..., 3]``."""
+    at_best = np.take_along_axis(w, best[..., None], -1)[..., 0]
+    mean_pos = (w * np.arange(w.shape[-1])).sum(-1)
+    entropy = -(np.where(w > 0, w * np.log(np.maximum(w, 1e-300)), 0.0)).sum(-1)
+    return np.stack([at_best, mean_pos, entropy], -1)
+
+
+QUANTITIES = {"simplex": ("weight at z*'s best", "mean position", "entropy"),
+              "context": ("projection 1", "projection 2")}
+
+
+def test_quantities(family, truth, draws, seed: int = 0):
+    """(quantities at the truth ``[B, T, Q]``, at the draws ``[L, B, T, Q]``, names) of a
+    continuous family's values: ``truth``/``draws`` are weights ``[…, S]`` for a simplex-valued
+    family, context vectors ``[…, D]`` for a latent context."""
+    if getattr(family, "latent_context", False):
+        u = np.random.default_rng(seed).standard_normal((truth.shape[-1], 2))
+        u /= np.linalg.norm(u, axis=0, keepdims=True)
+        return truth @ u, draws @ u, QUANTITIES["context"]
+    best = truth.argmax(-1)
+    return (simplex_quantities(truth, best), simplex_quantities(draws, best[None]),
+            QUANTITIES["simplex"])
+
+
+# --- the Pyro side: simulations and draws of one batch ---------------------------------------
+
+class _Distort(Messenger):
+    """Replace the distribution of the guide site ``site`` by ``fn(distribution)``."""
+
+    def __init__(self, site: str, fn):
+        super().__init__()
+        self.site, self.fn = site, fn
+
+    def _pyro_sample(self, msg):
+        if msg["name"] == self.site:
+            msg["fn"] = self.fn(msg["fn"])
+
+
+@torch.no_grad()
+def pyro_arrays(run, batch, draws: int, distort=None) -> dict:
+    """One batch's simulations and guide draws under Pyro (numpy): ``sim`` (the batch with
+    simulated targets), ``mask [B, T]``; ``truth`` — z* ``[B, T]`` (categorical) or its values
+    ``[B, T, …]`` —; ``q_probs [B, T, S]`` of a categorical guide or ``q_values [L, B, T, …]``
+    and ``logq_draws [L, B]``, ``logq_truth [B]`` of a continuous one; ``exact_probs`` where
+    the model has an exact posterior."""
+    model = run.model
+    site = declared(model, "site")
+    m = get_method(run.method)
+    batch = batch.to(model_device(model))
+    sim, value, weights = simulate(model, batch)
+    fam = model.family
+    out = {"sim": sim, "mask": sim.tgt_mask.cpu().numpy()}
+    if "exact-posterior" in capabilities(model):
+        out["exact_probs"] = exact_posterior(model, sim).cpu().numpy()
+    truth = value if fam.enumerable else (value if fam.latent_context else weights)
+    out["truth"] = truth.cpu().numpy()
+    if m.posterior == "none":
+        return out
+    guide = model.guide if distort is None else _Distort(site, distort)(model.guide)
+    if fam.enumerable:
+        trace = poutine.trace(guide).get_trace(sim, posterior=m.posterior)
+        fn = trace.nodes[site]["fn"]
+        support = fn.enumerate_support(expand=False)
+        S = support.shape[0]
+        q = fn.log_prob(support).exp().reshape(S, *sim.tgt_out.shape).permute(1, 2, 0)
+        out["q_probs"] = q.cpu().numpy()
+        return out
+    values, logq = [], []
+    for _ in range(draws):
+        with recording() as calls:
+            trace = poutine.trace(guide).get_trace(sim, posterior=m.posterior)
+        node = trace.nodes[site]
+        call = next(c for c in calls if c.name == site)
+        values.append(node["value"] if fam.latent_context else call.weights)
+        logq.append(_per_pair_log_prob(node["fn"], node["value"], sim.tgt_mask))
+    out["q_values"] = torch.stack(values).cpu().numpy()
+    out["logq_draws"] = torch.stack(logq).cpu().numpy()
+    out["logq_truth"] = _per_pair_log_prob(node["fn"], value, sim.tgt_mask).cpu().numpy()
+    return out
+
+
+def _per_pair_log_prob(fn, value, tgt_mask):
+    lp = fn.log_prob(value)
+    return torch.where(tgt_mask, lp, torch.zeros_like(lp)).sum(-1)
+
+
+@torch.no_grad()
+def pyro_probs(run, batch) -> dict:
+    """On real targets: q's probabilities ``[B, T, S]`` (a categorical guide) or its mean
+    weights over draws, and the exact posterior where there is one — for gold coverage."""
+    model = run.model
+    site = declared(model, "site")
+    m = get_method(run.method)
+    batch = batch.to(model_device(model))
+    out = {}
+    if "exact-posterior" in capabilities(model):
+        out["exact_probs"] = exact_posterior(model, batch).cpu().numpy()
+    if m.posterior != "none" and not model.family.latent_context:
+        if model.family.enumerable:
+            trace = poutine.trace(model.guide).get_trace(batch, posterior=m.posterior)
+            fn = trace.nodes[site]["fn"]
+            support = fn.enumerate_support(expand=False)
+            S = support.shape[0]
+            out["q_probs"] = fn.log_prob(support).exp().reshape(
+                S, *batch.tgt_out.shape).permute(1, 2, 0).cpu().numpy()
+        else:
+            ws = []
+            for _ in range(20):
+                with recording() as calls:
+                    model.guide(batch, posterior=m.posterior)
+                ws.append(next(c for c in calls if c.name == site).weights)
+            out["q_probs"] = torch.stack(ws).mean(0).cpu().numpy()
+    return out
+
+
+# --- aggregation ------------------------------------------------------------------------------
+
+def _discrete_rows(probs_list, truth_list, mask_list, L, rng):
+    """Per-token PIT values (one token per pair), joint log-probability PIT per pair, and the
+    randomized-set coverage over every real token, for a categorical posterior."""
+    tok_pit, joint_pit, cov_p, cov_t = [], [], [], []
+    for probs, truth, mask in zip(probs_list, truth_list, mask_list):
+        B, T, S = probs.shape
+        p = np.where(mask[..., None], probs, 0.0)
+        p = p / np.maximum(p.sum(-1, keepdims=True), 1e-300)
+        p[~mask] = 1.0 / S
+        cum = np.cumsum(p, -1)
+        u = rng.random((L, B, T, 1))
+        draws = np.minimum((u > cum[None]).sum(-1), S - 1)  # [L, B, T]
+        log_p = np.log(np.maximum(p, 1e-300))
+        for b in range(B):
+            real = np.flatnonzero(mask[b])
+            if len(real) == 0:
+                continue
+            t = rng.choice(real)
+            r = rank_with_ties(draws[:, b, t][:, None], np.array([truth[b, t]]), rng)
+            tok_pit.append(pit(r, L, rng)[0])
+            lq_draws = log_p[b, real][np.arange(len(real)), draws[:, b, real]].sum(-1)  # [L]
+            lq_truth = log_p[b, real, truth[b, real]].sum()
+            r = rank_with_ties(lq_draws[:, None], np.array([lq_truth]), rng)
+            joint_pit.append(pit(r, L, rng)[0])
+        cov_p.append(randomized_set_coverage(p[mask], truth[mask], LEVELS, rng))
+        cov_t.append(int(mask.sum()))
+    coverage = np.average(np.stack(cov_p), axis=0, weights=cov_t)
+    return {"per-token z": np.asarray(tok_pit), "joint log q": np.asarray(joint_pit)}, coverage
+
+
+def _continuous_rows(family, arrays, L, rng, seed):
+    """Per-quantity PIT values (one token per pair), the joint log q PIT, and the interval
+    coverage of every quantity over every real token (averaged over quantities)."""
+    pits, names = {}, None
+    joint, cov, n_tok = [], [], []
+    for a in arrays:
+        tq, dq, names = test_quantities(family, a["truth"], a["q_values"], seed)
+        mask = a["mask"]
+        for b in range(mask.shape[0]):
+            real = np.flatnonzero(mask[b])
+            if len(real) == 0:
+                continue
+            t = rng.choice(real)
+            for k, name in enumerate(names):
+                r = rank_with_ties(dq[:, b, t, k][:, None], np.array([tq[b, t, k]]), rng)
+                pits.setdefault(name, []).append(pit(r, L, rng)[0])
+            r = rank_with_ties(a["logq_draws"][:, b][:, None], np.array([a["logq_truth"][b]]),
+                               rng)
+            joint.append(pit(r, L, rng)[0])
+        cov.append(np.mean([interval_coverage(dq[:, mask, k], tq[mask, k], LEVELS)
+                            for k in range(len(names))], 0))
+        n_tok.append(int(mask.sum()))
+    pits = {k: np.asarray(v) for k, v in pits.items()}
+    pits["joint log q"] = np.asarray(joint)
+    return pits, np.average(np.stack(cov), axis=0, weights=n_tok)
+
+
+def _row(name: str, pits: dict, coverage: np.ndarray) -> dict:
+    tests = {k: uniformity(v) for k, v in pits.items()}
+    p_min = min(t["p_value"] for t in tests.values())
+    return {"posterior": name, "tests": tests, "p_min": p_min,
+            "passes": bool(p_min >= ALPHA / len(tests)),
+            "coverage": {f"{lv:.2f}": float(c) for lv, c in zip(LEVELS, coverage)},
+            "pit": {k: v.tolist() for k, v in pits.items()}}
+
+
+def _gold_coverage(probs_list, gold_list, mask_list) -> dict:
+    out = {}
+    for level in LEVELS:
+        hit, n = 0, 0
+        for probs, gold, mask in zip(probs_list, gold_list, mask_list):
+            keep = smallest_set(probs.reshape(-1, probs.shape[-1]), level).reshape(probs.shape)
+            for b, links in enumerate(gold):
+                for t in range(int(mask[b].sum()) - 1):  # real tokens, <eos> left out
+                    sources = [i for i, j in links if j == t]
+                    if sources:
+                        n += 1
+                        hit += bool(keep[b, t, sources].any())
+        out[f"{level:.2f}"] = hit / n if n else None
+    return out
+
+
+def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed: int = 0,
+              distort=None, progress: bool = True) -> dict:
+    """Calibration of ``run``'s guide (and of its exact posterior, where the model has one) on
+    ``num_sims`` targets simulated from its model given the sources of ``pairs`` (cycled), with
+    ``draws`` alignments per target; with ``gold`` (link sets of ``pairs``) also the coverage of
+    the gold links. See the module docstring. Returns ``{"rows": [...], "gold_coverage": …}``.
+    """
+    if not isinstance(num_sims, int) or num_sims < 10:
+        raise UserError(f"--num-sims must be an int ≥ 10, got {num_sims!r}")
+    if not isinstance(draws, int) or draws < 9:
+        raise UserError(f"--draws must be an int ≥ 9, got {draws!r}")
+    pairs = list(getattr(pairs, "pairs", pairs))
+    if not pairs:
+        raise UserError("no pairs to simulate from")
+    model = run.model
+    require(model, "alignment", tool="calibrate")
+    fam = model.family
+    m = get_method(run.method)
+    if fam.deterministic or fam.markov:
+        raise UserError(f"calibrate: the {fam.name} family of {run.method} has no posterior "
+                        f"to calibrate (nothing is sampled, or the chain is exact)")
+    numpyro = run.backend == "numpyro"
+    if numpyro:
+        from ..numpyro.inference import calibration as backend_side
+    else:
+        model.eval()
+        pyro.clear_param_store()
+        pyro.set_rng_seed(seed)
+    sims = [pairs[i % len(pairs)] for i in range(num_sims)]
+    batches = make_batches(sims, run.src_vocab, run.tgt_vocab, 64)
+    arrays = []
+    for i, b in enumerate(tqdm(batches, desc="calibrate", unit="batch", leave=False,
+                               disable=not progress)):
+        arrays.append(backend_side.numpyro_arrays(run, b, draws, seed * 1_000_003 + i, distort)
+                      if numpyro else pyro_arrays(run, b, draws, distort))
+    rng = np.random.default_rng(seed)
+    rows = []
+    masks = [a["mask"] for a in arrays]
+    if m.posterior != "none":
+        if fam.enumerable:
+            pits, cov = _discrete_rows([a["q_probs"] for a in arrays],
+                                       [a["truth"] for a in arrays], masks, draws, rng)
+        else:
+            pits, cov = _continuous_rows(fam, arrays, draws, rng, seed)
+        rows.append(_row(f"q ({m.posterior})", pits, cov))
+    if all("exact_probs" in a for a in arrays):
+        pits, cov = _discrete_rows([a["exact_probs"] for a in arrays],
+                                   [a["truth"] for a in arrays], masks, draws, rng)
+        rows.append(_row("exact", pits, cov))
+    out = {"method": run.method, "backend": run.backend, "num_sims": num_sims, "draws": draws,
+           "seed": seed, "levels": list(LEVELS), "rows": rows, "gold_coverage": None}
+    if gold is not None:
+        real = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
+        probs = [(backend_side.numpyro_probs(run, b) if numpyro else pyro_probs(run, b))
+                 for b in real]
+        gold_sets = [[gold[i] for i in b.index.tolist()] for b in real]
+        rm = [b.tgt_mask.cpu().numpy() for b in real]
+        out["gold_coverage"] = {k: _gold_coverage([p[k] for p in probs], gold_sets, rm)
+                                for k in ("q_probs", "exact_probs") if all(k in p for p in probs)}
+    return out
+
+
+# --- the report -------------------------------------------------------------------------------
+
+def table(results: list[dict]) -> list[str]:
+    """Markdown rows: method, posterior, min p-value (KS over the uniformity tests), in the
+    band, coverage at the four levels, pass."""
+    lines = ["| method | posterior | min p | ECDF in 99 % band | cov 50 | cov 80 | cov 90 | "
+             "cov 95 | calibrated |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for row in r["rows"]:
+            band = all(t["in_band"] for t in row["tests"].values())
+            cov = row["coverage"]
+            lines.append(f"| {r['method']} | {row['posterior']} | {row['p_min']:.3g} | "
+                         f"{'yes' if band else 'no'} | " + " | ".join(
+                             f"{cov[f'{lv:.2f}']:.3f}" for lv in LEVELS)
+                         + f" | {'yes' if row['passes'] else 'NO'} |")
+    return lines
+
+
+def write_report(result: dict, out: Path) -> list[Path]:
+    """``calibration.json``, ``calibration.md`` and ``calibration.png`` (the PIT-ECDF
+    differences with their bands, one panel per posterior and test; the coverage curve with
+    the nominal line) into ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"Calibration of `{result['method']}` ({result['backend']}): {result['num_sims']} "
+             f"simulated targets, {result['draws']} draws each; a posterior is calibrated when "
+             f"every uniformity test keeps p ≥ {ALPHA} / (its number of tests).", "",
+             *table([result])]
+    gold = result.get("gold_coverage")
+    if gold:
+        lines += ["", "Coverage of the gold links (real targets):", "",
+                  "| posterior | " + " | ".join(f"{lv:.0%}" for lv in LEVELS) + " |",
+                  "|---|" + "---|" * len(LEVELS)]
+        for k, cov in gold.items():
+            lines.append(f"| {k.replace('_probs', '')} | " + " | ".join(
+                "—" if v is None else f"{v:.3f}" for v in cov.values()) + " |")
+    atomic_write_text(out / "calibration.md", "\n".join(lines) + "\n")
+    atomic_write_text(out / "calibration.json", json.dumps(result, indent=1) + "\n")
+    tests = [(row["posterior"], name, np.asarray(v)) for row in result["rows"]
+             for name, v in row["pit"].items()]
+    cols = len(tests) + 1
+    fig, axes = plt.subplots(1, cols, figsize=(3.2 * cols, 3.0), squeeze=False)
+    colors = plt.get_cmap("tab10").colors
+    for ax, (post, name, values) in zip(axes[0], tests):
+        arviz_api.plot_ecdf(values, ax=ax, color=colors[0] if post == "exact" else colors[1],
+                            ci_prob=0.99)
+        ax.set_title(f"{post}: {name}", fontsize=8)
+        ax.axhline(0.0, color="black", lw=0.6)
+    ax = axes[0][-1]
+    ax.plot([0, 1], [0, 1], color="black", lw=0.8, label="nominal")
+    for k, row in enumerate(result["rows"]):
+        ax.plot(LEVELS, [row["coverage"][f"{lv:.2f}"] for lv in LEVELS], "o-",
+                color=colors[k % 10], label=row["posterior"])
+    ax.set(xlim=(0.4, 1.0), ylim=(0.4, 1.0), xlabel="credible level", ylabel="coverage")
+    ax.set_title("coverage of z*", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "calibration.png", dpi=110)
+    plt.close(fig)
+    return [out / "calibration.json", out / "calibration.md", out / "calibration.png"]

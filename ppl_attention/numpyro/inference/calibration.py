@@ -1,0 +1,130 @@
+"""The NumPyro side of :mod:`ppl_attention.analysis.calibration`: a NumPyro model's simulations
+(:func:`ppl_attention.numpyro.models.base.simulate`) and its guide's draws for one batch, as the
+same numpy arrays the Pyro side gives."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+
+from ...contract import capabilities, declared
+from ...core.records import recording
+from ...inference.methods import get_method
+from ..batching import to_jax
+from ..models.base import exact_posterior, simulate, substitute_params
+from .evaluate import MULTIPLE, jitted, model_and_params
+
+__all__ = ["numpyro_arrays", "numpyro_probs"]
+
+
+def _guide_site(model, params, batch, posterior, key, distort=None):
+    site = declared(model, "site")
+    guide = functools.partial(model.guide, posterior=posterior)
+    guide = substitute_params(guide, params)
+    if distort is not None:
+        guide = _distorted(guide, site, distort)
+    with recording() as calls:
+        trace = handlers.trace(handlers.seed(guide, key)).get_trace(batch)
+    return trace[site], next(c for c in calls if c.name == site)
+
+
+def _distorted(fn, site, distort):
+    def process(msg):
+        if msg["type"] == "sample" and msg["name"] == site:
+            msg["fn"] = distort(msg["fn"])
+
+    class Distort(handlers.Messenger):
+        def process_message(self, msg):
+            process(msg)
+
+    return Distort(fn)
+
+
+def _q_probs(node, batch):
+    fn = node["fn"]
+    support = fn.enumerate_support(expand=False)
+    B, T = batch.tgt_out.shape
+    q = jnp.broadcast_to(jnp.exp(fn.log_prob(support)), (support.shape[0], B, T))
+    return jnp.transpose(q, (1, 2, 0))
+
+
+def _per_pair(node, value, mask):
+    lp = node["fn"].log_prob(value)
+    return jnp.where(mask, lp, 0.0).sum(-1)
+
+
+def _exact(model):
+    return jitted(model, "exact_posterior", lambda: functools.partial(exact_posterior, model))
+
+
+def numpyro_arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
+    """As :func:`ppl_attention.analysis.calibration.pyro_arrays`, under NumPyro."""
+    jb = to_jax(batch, None, MULTIPLE)
+    model, params = model_and_params(run, jb)
+    fam = model.family
+    m = get_method(run.method)
+    key = jax.random.PRNGKey(seed)
+    sim, value, weights = simulate(model, params, jb, key)
+    B, T = batch.tgt_out.shape
+    S = batch.src.shape[1]
+    crop = (slice(0, B), slice(0, T))
+    out = {"mask": np.asarray(sim.tgt_mask)[crop]}
+    if "exact-posterior" in capabilities(model):
+        out["exact_probs"] = np.asarray(_exact(model)(params, sim))[crop][..., :S]
+    truth = value if fam.enumerable or fam.latent_context else weights
+    truth = np.asarray(truth)[crop]
+    out["truth"] = truth if fam.enumerable or fam.latent_context else truth[..., :S]
+    if m.posterior == "none":
+        return out
+    if fam.enumerable:
+        def q_fn(p, b, k):
+            return _q_probs(_guide_site(model, p, b, m.posterior, k, distort)[0], b)
+
+        q = jitted(model, f"calibration-q-{m.posterior}", lambda: q_fn)(params, sim, key) \
+            if distort is None else jax.jit(q_fn)(params, sim, key)
+        out["q_probs"] = np.asarray(q)[crop][..., :S]
+        return out
+
+    def build():
+        def one(p, b, k, v):
+            node, call = _guide_site(model, p, b, m.posterior, k, distort)
+            kept = node["value"] if fam.latent_context else call.weights
+            return kept, _per_pair(node, node["value"], b.tgt_mask), _per_pair(node, v, b.tgt_mask)
+
+        return lambda p, b, keys, v: jax.vmap(lambda k: one(p, b, k, v))(keys)
+
+    fn = jitted(model, f"calibration-draws-{m.posterior}-{distort is None}", build) \
+        if distort is None else jax.jit(build())
+    kept, logq, logq_truth = fn(params, sim, jax.random.split(jax.random.fold_in(key, 1), draws),
+                                value)
+    kept = np.asarray(kept)[:, :B, :T]
+    out["q_values"] = kept if fam.latent_context else kept[..., :S]
+    out["logq_draws"] = np.asarray(logq)[:, :B]
+    out["logq_truth"] = np.asarray(logq_truth)[0, :B]
+    return out
+
+
+def numpyro_probs(run, batch) -> dict:
+    """As :func:`ppl_attention.analysis.calibration.pyro_probs`, under NumPyro."""
+    jb = to_jax(batch, None, MULTIPLE)
+    model, params = model_and_params(run, jb)
+    m = get_method(run.method)
+    B, T = batch.tgt_out.shape
+    S = batch.src.shape[1]
+    out = {}
+    if "exact-posterior" in capabilities(model):
+        out["exact_probs"] = np.asarray(_exact(model)(params, jb))[:B, :T, :S]
+    if m.posterior != "none" and not model.family.latent_context:
+        key = jax.random.PRNGKey(0)
+        if model.family.enumerable:
+            node, _ = _guide_site(model, params, jb, m.posterior, key)
+            out["q_probs"] = np.asarray(_q_probs(node, jb))[:B, :T, :S]
+        else:
+            ws = [np.asarray(_guide_site(model, params, jb, m.posterior, k)[1].weights)
+                  for k in jax.random.split(key, 20)]
+            out["q_probs"] = np.mean(ws, 0)[:B, :T, :S]
+    return out
