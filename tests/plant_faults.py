@@ -62,6 +62,14 @@ FAULTS = [
   "    with jax.default_device(jax_device(spec)):\n        yield\n",
   "    jax_device(spec)\n    yield\n",
   "tests/test_devices.py::test_numpyro_training_follows_the_default_jax_device"),
+ # calibration (tests/test_calibration.py)
+ ("cal1", "ppl_attention/analysis/calibration.py",
+  "    return below + rng.integers(0, ties + 1)\n", "    return below\n",
+  "tests/test_calibration.py::test_ranks_with_random_ties_are_uniform_under_calibration"),
+ ("cal2", "ppl_attention/analysis/calibration.py",
+  "        include = np.clip((level - m_before) / np.maximum(p_truth, 1e-300), 0.0, 1.0)\n",
+  "        include = (m_before < level).astype(float)\n",
+  "tests/test_calibration.py::test_randomized_sets_cover_at_exactly_their_level"),
  # the NumPyro model contract (tests/test_numpyro_contract.py)
  ("n1", "ppl_attention/numpyro/models/base.py",
   "ll = jax.nn.logsumexp(joint, 0) if enumerated",

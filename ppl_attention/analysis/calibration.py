@@ -50,7 +50,7 @@ from ..inference.methods import get_method
 from ..models.base import capabilities, declared, exact_posterior, require, simulate
 from ..models.device import model_device
 
-__all__ = ["LEVELS", "calibrate", "rank_with_ties", "pit", "randomized_set_coverage",
+__all__ = ["LEVELS", "calibrate", "planted", "rank_with_ties", "pit", "randomized_set_coverage",
            "interval_coverage", "uniformity", "write_report", "ALPHA"]
 
 LEVELS = (0.5, 0.8, 0.9, 0.95)
@@ -152,6 +152,30 @@ def test_quantities(family, truth, draws, seed: int = 0):
 
 
 # --- the Pyro side: simulations and draws of one batch ---------------------------------------
+
+def planted(kind: str, factor: float):
+    """A planted miscalibration of a Pyro guide site, for power studies: ``"logits"`` multiplies
+    a categorical q's logits by ``factor`` (> 1 over-confident, < 1 under-confident),
+    ``"concentration"`` a Dirichlet q's concentration (> 1 over-confident)."""
+    from pyro.distributions import Categorical
+    from pyro.distributions.torch_distribution import MaskedDistribution
+
+    from ..distributions import MaskedDirichlet
+
+    def distort(fn):
+        mask = None
+        if isinstance(fn, MaskedDistribution):
+            fn, mask = fn.base_dist, fn._mask
+        if kind == "logits" and isinstance(fn, Categorical):
+            new = Categorical(logits=fn.logits * factor)
+        elif kind == "concentration" and isinstance(fn, MaskedDirichlet):
+            new = MaskedDirichlet(fn.concentration * factor, fn.source_mask)
+        else:
+            raise UserError(f"cannot plant {kind!r} in a {type(fn).__name__} guide site")
+        return new if mask is None else new.mask(mask)
+
+    return distort
+
 
 class _Distort(Messenger):
     """Replace the distribution of the guide site ``site`` by ``fn(distribution)``."""
