@@ -7,7 +7,7 @@ in ``arviz-plots``), and the package is tested with ArviZ 0.x only (``pyproject.
 from __future__ import annotations
 
 __all__ = ["from_dict", "from_numpyro", "psislw", "summary", "ess", "rhat",
-           "ecdf_confidence_band", "plot_ecdf", "wasserstein_1d"]
+           "ecdf_confidence_band", "plot_ecdf", "save_trace_plot", "wasserstein_1d"]
 
 
 def _az():
@@ -62,6 +62,20 @@ def plot_ecdf(values, *, ax, label: str | None = None, color=None, ci_prob: floa
     return _az().plot_ecdf(values, cdf=uniform(0, 1).cdf, difference=True,
                            confidence_bands=True, ci_prob=ci_prob, ax=ax,
                            plot_kwargs={"label": label, **({"color": color} if color else {})})
+
+
+def save_trace_plot(idata, path) -> None:
+    """``arviz.plot_trace`` of the posterior, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes = _az().plot_trace(idata, compact=True)
+    fig = axes.ravel()[0].figure
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def wasserstein_1d(a, b) -> float:

@@ -39,6 +39,9 @@ SETTABLE_OTHER = ("backend", "devices", "task_seed")
 PREFIXES = ("train__", "model__", "data__")
 #: what a job reports (columns of results.csv after method, seed, the swept settings, status)
 COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
+#: …and for the methods of global latents (MCMC and SVI against it)
+GLOBAL_COLUMNS = ["seconds", "rhat_max", "ess_bulk_min", "ess_tail_min", "divergences",
+                  "vs_nuts_mean_error_sd", "vs_nuts_sd_ratio", "vs_nuts_w1_sd"]
 #: …and for a model scored by its own report on labelled data (images, graphs)
 LABEL_COLUMNS = ["accuracy", "ece", "pavpu", "accuracy_noisy", "ece_noisy", "pavpu_noisy",
                  "ms_per_step"]
@@ -167,6 +170,42 @@ def calibration_columns(res: dict) -> dict:
     row = res["rows"][0]
     return {"cal_p_min": row["p_min"], "cal_cov_90": row["coverage"]["0.90"],
             "cal_pass": row["passes"]}
+
+
+def against_nuts(out: Path, jobs: list, results: list[dict]) -> None:
+    """Put each global-latent posterior (an ``svi-*`` or ``hmc`` run) against the ``nuts``
+    run of the same seed and settings: its discrepancy per global parameter
+    (:func:`ppl_attention.numpyro.inference.bayes.discrepancy`) into its report — the mean over
+    the parameters in the table's columns, each parameter in ``against_nuts.md``."""
+    from .core.arrays import load_arrays
+
+    def samples(job):
+        path = out / "runs" / job.name / "samples.npz"
+        return load_arrays(path).get("posterior") if path.exists() else None
+
+    refs = {(j.seed, j.settings): samples(j) for j, r in zip(jobs, results)
+            if j.method == "nuts" and r["status"] == "ok"}
+    if not refs:
+        return
+    from .numpyro.inference.bayes import discrepancy
+
+    lines = ["| method | seed | parameter | mean error (NUTS sd) | sd ratio | W1 (NUTS sd) |",
+             "|---|---|---|---|---|---|"]
+    for j, r in zip(jobs, results):
+        ref = refs.get((j.seed, j.settings))
+        if j.method == "nuts" or r["status"] != "ok" or ref is None or "predictive" not in \
+                r["report"]:
+            continue
+        mine = samples(j)
+        if mine is None:
+            continue
+        d = discrepancy(ref, mine)
+        for site, v in d.items():
+            lines.append(f"| {j.label} | {j.seed} | {site} | {v['mean_error_sd']:.3f} | "
+                         f"{v['sd_ratio']:.3f} | {v['w1_sd']:.3f} |")
+        for key in ("mean_error_sd", "sd_ratio", "w1_sd"):
+            r["report"][f"vs_nuts_{key}"] = float(sum(v[key] for v in d.values()) / len(d))
+    atomic_write_text(out / "against_nuts.md", "\n".join(lines) + "\n")
 
 
 def completed(path: Path) -> dict | None:
@@ -456,7 +495,7 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         curves.setdefault(label, ok[0][1]["history"])
         summary.append({"method": label, "exact": reps[0].get("exact"), "n": len(ok),
                         **{c: mean_sd([r.get(c) for r in reps])
-                           for c in columns + ["cal_p_min", "cal_cov_90"]}})
+                           for c in columns + ["cal_p_min", "cal_cov_90"] + GLOBAL_COLUMNS}})
 
     def fmt(v, digits=3):
         if v is None:
@@ -465,7 +504,12 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
 
     md = [title + (f" Floor (generator's exact NLL/token): {floor:.3f}."
                    if floor is not None else ""), ""]
-    if labelled:
+    bayes = any(rep.get("predictive") for rep in reports)
+    if bayes:
+        md += ["| method | NLL/token (posterior predictive) | AER | seconds | max R-hat | "
+               "min ESS bulk | min ESS tail | divergences | vs NUTS: mean error (sd) | "
+               "sd ratio | W1 (sd) |", "|---|" + "---|" * 10]
+    elif labelled:
         md += ["| method | " + " | ".join(LABEL_HEADS) + " |",
                "|---|" + "---|" * len(LABEL_HEADS)]
     else:
@@ -475,6 +519,11 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                "|---|---|---|---|---|---|" + ("---|---|" if cal else "")]
     for s in summary:
         seeds_note = "" if s["n"] == seeds else f" ({s['n']} of {seeds} seeds)"
+        if bayes:
+            md.append(f"| {s['method']}{seeds_note} | " + " | ".join(
+                fmt(s[c], d) for c, d in zip(["nll_per_token", "aer"] + GLOBAL_COLUMNS,
+                                             [3, 3, 1, 4, 0, 0, 0, 3, 3, 3])) + " |")
+            continue
         if labelled:
             cells = [fmt(s[c], 1 if c == "ms_per_step" else 3) for c in columns]
             md.append(f"| {s['method']}{seeds_note} | " + " | ".join(cells) + " |")

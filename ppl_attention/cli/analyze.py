@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..core.files import make_readable
+from ..core.global_methods import is_global_method
 from ..data.corpus import atomic_write_text
 from ..errors import DataError, UserError
 from ..models.base import require
@@ -79,9 +80,18 @@ def cmd_analyze(args) -> int:
         raise UserError(f"--pair {args.pair} is out of range: the data has {len(split.pairs)} "
                         f"pairs")
     fam = run.model.family
+    global_run = is_global_method(run.method)
     diagnose = (split.gold is not None and not fam.deterministic and not fam.markov
-                and args.num_samples >= 2)
-    idata = to_inference_data(run, split.pairs, num_samples=args.num_samples, seed=args.seed)
+                and args.num_samples >= 2 and not global_run)
+    if global_run:  # the globals' posterior draws, the alignment summed out
+        from ..data.batching import make_batches
+        from ..numpyro.inference.bayes import global_inference_data
+
+        idata = global_inference_data(run, make_batches(split.pairs, run.src_vocab,
+                                                        run.tgt_vocab, 64))
+    else:
+        idata = to_inference_data(run, split.pairs, num_samples=args.num_samples,
+                                  seed=args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".posterior.nc.tmp-")
@@ -94,9 +104,15 @@ def cmd_analyze(args) -> int:
         if os.path.exists(tmp):
             os.remove(tmp)
     written = [out / "posterior.nc"]
-    plot_pair_heatmaps(idata, args.pair, out / f"pair{args.pair}_heatmaps.png")
-    plot_entropy(idata, out / "entropy.png")
-    written += [out / f"pair{args.pair}_heatmaps.png", out / "entropy.png"]
+    if global_run:
+        from .. import arviz_api
+
+        arviz_api.save_trace_plot(idata, out / "trace.png")
+        written.append(out / "trace.png")
+    else:
+        plot_pair_heatmaps(idata, args.pair, out / f"pair{args.pair}_heatmaps.png")
+        plot_entropy(idata, out / "entropy.png")
+        written += [out / f"pair{args.pair}_heatmaps.png", out / "entropy.png"]
     if diagnose:
         diag = guide_diagnostics(run, split.pairs, split.gold, num_samples=args.num_samples,
                                  seed=args.seed)
@@ -111,6 +127,9 @@ def cmd_calibrate(args) -> int:
     from ..analysis.calibration import calibrate, write_report
 
     run = load_run(args.run, args)
+    if is_global_method(run.method):
+        raise UserError(f"{args.run}: calibrate checks an alignment guide; {run.method} infers "
+                        f"global latents (their posterior: ppl-attention analyze)")
     split = _analysis_split(run, args, args.run)
     result = calibrate(run, split.pairs, split.gold, num_sims=args.num_sims, draws=args.draws,
                        seed=args.seed)
@@ -138,9 +157,10 @@ def cmd_diagnose(args) -> int:
         if split.gold is None:
             raise DataError(f"{path}: diagnostics need gold alignments (--gold, a --data-dir "
                             f"with test.align, or a built-in task)")
-        if run.model.family.deterministic or run.model.family.markov:
-            raise UserError(f"{path}: diagnostics compare a guide with the posterior; the "
-                            f"{run.model.family.name} family of {run.method} has no guide")
+        if run.model.family.deterministic or run.model.family.markov \
+                or is_global_method(run.method):
+            raise UserError(f"{path}: diagnostics compare an alignment guide with the exact "
+                            f"posterior; {run.method} has no alignment guide")
         runs.append((path, run, split))
     rows = []
     for path, run, split in runs:

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..core.global_methods import is_global_method
 from ..data import DataError, make_batches, read_tsv
 from ..data.kinds import data_kind
 from ..data.pharaoh import format_pharaoh
@@ -157,7 +158,9 @@ def cmd_align(args) -> int:
         print(f"note: {args.data}: {n_unk} token(s) unseen in training were mapped to <unk>",
               file=sys.stderr)
     backend = args.backend or run.backend
-    if backend == "numpyro":
+    if is_global_method(run.method):
+        from ..numpyro.inference.bayes import global_alignment_links as links_fn
+    elif backend == "numpyro":
         from ..backends import get_backend
 
         ops = get_backend("numpyro")

@@ -9,10 +9,11 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .. import sweep
+from ..core.global_methods import GLOBAL_METHODS
 from ..errors import UserError
 from ..inference.experiment import check_experiment
 from ..inference.methods import METHODS, get_method
-from ..models.base import check_method
+from ..models.base import check_method, declared
 from ..models.registry import load_model_class
 from .options import (
     add_data_source,
@@ -24,7 +25,10 @@ from .options import (
 
 
 def supported_methods(cls) -> list[str]:
-    """The registry's methods this model class can be trained by."""
+    """The registry's methods this model class can be trained by (a model with global latents:
+    the methods for them)."""
+    if declared(cls, "latents"):
+        return list(GLOBAL_METHODS)
     out = []
     for name in METHODS:
         try:
@@ -143,6 +147,7 @@ def _sweep(args, exp, jobs, settings, fixed, out: Path) -> int:
     results = sweep.execute(train_fn, exp, jobs, out, workers=args.jobs, ray_address=args.ray,
                             cpus_per_job=args.cpus_per_job, on_done=on_done)
     bar.close()
+    sweep.against_nuts(out, jobs, results)
     swept_text = "; ".join(f"{k} ∈ {{{', '.join(map(str, vs))}}}" for k, vs in settings)
     steps = exp.training.get("steps", "default")
     title = (f"Model `{exp.model}`, task `{args.task or args.data_dir}`, {args.seeds} seed(s), "

@@ -15,8 +15,14 @@ NAME = "pyro"
 
 def check(model_class, method) -> None:
     """Every Pyro model and every method of the registry run under Pyro; a NumPyro model is
-    refused (it has no Pyro program)."""
+    refused (it has no Pyro program), and so are the methods for global latents (NumPyro's
+    MCMC and autoguides run them)."""
+    from ..core.global_methods import is_global_method
+
     _pyro_model(model_class)
+    if is_global_method(method):
+        raise UserError(f"method {method!r} infers global latents with NumPyro's MCMC or "
+                        f"autoguides: it takes a NumPyro model that declares them")
 
 
 def check_run(run) -> None:

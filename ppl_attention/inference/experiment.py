@@ -16,6 +16,7 @@ import torch
 
 from ..backends import get_backend
 from ..contract import model_backend
+from ..core.global_methods import is_global_method
 from ..data.kinds import data_kind
 from ..devices import describe, jax_default_device, torch_device
 from ..errors import MissingCapability, UserError
@@ -109,20 +110,24 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     backend = get_backend(exp.backend_name())
     describe(exp.device, exp.backend_name())  # a GPU asked for and absent: refused now
     for m in methods:
+        backend.check(cls, m)
+        if is_global_method(m):
+            backend.check_global_options(m, exp.training)
+            continue
         spec = get_method(m)
         check_method(cls, spec)
-        backend.check(cls, m)
     preflight = getattr(backend, "preflight", None)
-    if callable(preflight):  # a NumPyro model's programs run once on a small batch
-        preflight(cls, methods, exp)
+    alignment_methods = [m for m in methods if not is_global_method(m)]
+    if callable(preflight) and alignment_methods:  # a NumPyro model's programs run once
+        preflight(cls, alignment_methods, exp)
     opts = training_options(cls, **exp.training)
     if opts["batch_size"] < 1 or opts["steps"] < 1:
         raise UserError(f"--steps and --batch-size must be at least 1 (got {opts['steps']}, "
                         f"{opts['batch_size']})")
     if exp.task_seed and exp.data_dir is not None:
         raise UserError("--task-seed seeds a built-in --task's generator, not a --data-dir")
-    m_fams = [get_method(m).family_spec for m in methods]
-    if "kl_weight" in exp.training and all(f.deterministic for f in m_fams):
+    m_fams = [get_method(m).family_spec for m in methods if not is_global_method(m)]
+    if "kl_weight" in exp.training and m_fams and all(f.deterministic for f in m_fams):
         raise UserError(f"--kl-weight weighs the KL of a latent alignment; "
                         f"{', '.join(methods)} has none")
     if exp.devices != 1 and exp.backend_name() != "numpyro":
@@ -142,6 +147,13 @@ def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int 
     model = run.model
     kind = data_kind(declared(model, "data"))
     extra = getattr(model, "extra_report", None)
+    if is_global_method(run.method):  # posterior draws of global latents: Bayesian report
+        if iwae_k is not None or beam != 1 or ensemble or samples is not None:
+            raise UserError(f"--iwae-k, --beam, --ensemble and --samples do not apply to a "
+                            f"{run.method} run: its NLL is the posterior predictive")
+        batches = eval_batches(kind, split, {"src_vocab": run.src_vocab,
+                                             "tgt_vocab": run.tgt_vocab}, model, source)
+        return get_backend("numpyro").global_report(run, batches, getattr(split, "gold", None))
     if not kind.token_data:
         if iwae_k is not None or beam != 1 or ensemble:
             raise UserError(f"--iwae-k, --beam and --ensemble score token data; "
@@ -173,6 +185,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
     source = exp.source()
     if exp.data_dir_record:
         source["data_dir"] = exp.data_dir_record
+    if is_global_method(method):
+        return _train_global(exp, cls, kind, source, method, seed, out, progress)
     m = get_method(method)
     check_method(cls, m)
     backend_name = exp.backend_name()
@@ -246,6 +260,40 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
             rep[key] = run.extra[key]
     run.extra["test_report"] = rep
     run.save(out)  # the last weights, for --resume
+    return run, rep
+
+
+def _train_global(exp: Experiment, cls, kind, source: dict, method: str, seed: int, out: Path,
+                  progress: bool) -> tuple[Run, dict]:
+    """A method for global latents (:mod:`ppl_attention.core.global_methods`): the posterior of
+    the globals from every training pair, then the posterior-predictive report on the test
+    split."""
+    backend = get_backend("numpyro")
+    backend.check(cls, method)
+    if exp.resume or exp.checkpoint_every:
+        raise UserError(f"--resume / --checkpoint-every: {method} infers from the whole training "
+                        f"set at once; it has no steps to resume")
+    if exp.devices != 1:
+        raise UserError(f"--devices: {method} runs its chains on one device")
+    data = kind.load(exp.source())
+    try:
+        model = cls(**data.dims, **exp.model_options, family=backend.method_family(method, cls))
+    except TypeError as e:
+        raise UserError(f"--model {exp.model}: {e}") from None
+    batch_size = training_options(cls, **exp.training)["batch_size"]
+    train = kind.batches(data.train, data.vocabs, batch_size, model=model, source=source)
+    test = eval_batches(kind, data.test, data.vocabs, model, source)
+    training = {k: v for k, v in exp.training.items() if k != "batch_size"}
+    with jax_default_device(exp.device):
+        run = backend.fit_global(model, train, method, seed=seed,
+                                 src_vocab=data.vocabs.get("src_vocab"),
+                                 tgt_vocab=data.vocabs.get("tgt_vocab"), progress=progress,
+                                 config={"data": source, "batch_size": batch_size,
+                                         "device": describe(exp.device, "numpyro")},
+                                 model_spec=_model_spec(exp), **training)
+        rep = backend.global_report(run, test, getattr(data.test, "gold", None))
+    run.extra["test_report"] = rep
+    run.save(out)
     return run, rep
 
 

@@ -51,6 +51,7 @@ class Run:
     extra: dict = field(default_factory=dict)
     model_spec: str | None = None  # how config.json names the model class
     params: dict | None = None  # a NumPyro model's param map {site: value}
+    samples: dict | None = None  # posterior draws of global latents {site: [chain, draw, …]}
 
     @property
     def backend(self) -> str:
@@ -86,9 +87,14 @@ class Run:
         def fill(tmp: Path) -> None:
             (tmp / "config.json").write_text(text)
             if native:
-                extra = {k: v for k, v in self.extra.items() if k != "best_model"}
+                extra = {k: v for k, v in self.extra.items()
+                         if k not in ("best_model", "sample_stats")}
                 save_arrays(tmp / "params.npz", {"last": self.params,
                                                  "best": self.extra.get("best_model")})
+                if self.samples is not None:
+                    save_arrays(tmp / "samples.npz", {
+                        "posterior": self.samples,
+                        "sample_stats": self.extra.get("sample_stats")})
                 try:
                     state = json.dumps({"step": self.step, "extra": extra}, indent=1)
                 except TypeError as e:
@@ -133,8 +139,9 @@ class Run:
         if model_class is None:
             model_class = _model_class(spec, path)
         native = model_backend(model_class) == "numpyro"
+        samples = None
         if native:
-            family = get_backend("numpyro").method_family(cfg["method"])
+            family = get_backend("numpyro").method_family(cfg["method"], model_class)
         else:
             family = get_method(cfg["method"]).family()
         try:
@@ -150,9 +157,12 @@ class Run:
             if arrays.get("best") is not None:
                 extra["best_model"] = arrays["best"]
             best = extra.get("best_model") if which == "best" else None
-            params = best if best is not None else arrays.get("last")
-            if params is None:
-                raise UserError(f"{path}/params.npz: no parameters in it")
+            params = best if best is not None else arrays.get("last", {})
+            if (path / "samples.npz").exists():
+                draws = load_arrays(path / "samples.npz")
+                samples = draws.get("posterior", {})
+                if draws.get("sample_stats"):
+                    extra["sample_stats"] = draws["sample_stats"]
         else:
             ckpt = load_checkpoint(path / "checkpoint.pt")
             extra = ckpt.get("extra") or {}
@@ -169,7 +179,7 @@ class Run:
         vocab = {k: Vocab.from_list(cfg[k]) if cfg.get(k) else None
                  for k in ("src_vocab", "tgt_vocab")}
         return cls(model, cfg["method"], vocab["src_vocab"], vocab["tgt_vocab"], cfg["train"],
-                   history, step, optimizer, rng, extra, spec, params)
+                   history, step, optimizer, rng, extra, spec, params, samples)
 
 
 def _read_json(path: Path) -> dict:

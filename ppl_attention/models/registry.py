@@ -13,7 +13,10 @@ name               class                     data        reference
 ``bam-classifier`` ``BAMClassifier``         images      accuracy and calibration on held-out and
                                                          noisy digits
 ``gat``            ``BayesianGAT``           graph       accuracy and calibration on held-out nodes
-``bayesian-ibm2``  ``ibm2_model`` (NumPyro)  pairs       NUTS (4 chains): SVI posteriors against it
+``bayesian-ibm2``  ``BayesianIBM2``          pairs       NUTS (4 chains); SVI autoguides against
+                   (NumPyro)                             it
+``bayesian-hmm``   ``BayesianHMMAligner``    pairs       NUTS (4 chains); SVI autoguides against
+                   (NumPyro)                             it
 =================  ========================  ==========  ==========================================
 """
 
@@ -66,12 +69,14 @@ MODELS: dict[str, ModelEntry] = {e.name: e for e in [
     ModelEntry("gat", "ppl_attention.models.gat:BayesianGAT",
                "graph attention with stochastic neighbour weights",
                "graph", "accuracy, ECE and PAvPU on the unlabelled nodes", "sbm", "soft"),
-    ModelEntry("bayesian-ibm2", "ppl_attention.numpyro.models.ibm2:ibm2_model",
+    ModelEntry("bayesian-ibm2", "ppl_attention.numpyro.models.ibm2:BayesianIBM2",
                "IBM Model 2 with Dirichlet translation rows and a Gamma distortion tension; "
-               "alignments enumerated", "pairs", "NUTS, 4 chains × 1000 draws",
-               "reorder", "nuts", trainable=False,
-               how="fitted by NUTS and by SVI with autoguides: python examples/bayesian_ibm2.py "
-                   "(ppl_attention.numpyro.models.ibm2.compare_to_nuts)"),
+               "alignments enumerated (NumPyro)", "pairs", "NUTS, 4 chains × 1000 draws; SVI "
+               "autoguides against it", "reorder", "nuts"),
+    ModelEntry("bayesian-hmm", "ppl_attention.numpyro.models.hmm_aligner:BayesianHMMAligner",
+               "HMM aligner with a Dirichlet jump distribution and translation rows; the "
+               "monotonic chain summed out (NumPyro)", "pairs", "NUTS, 4 chains × 1000 draws; "
+               "SVI autoguides against it", "copy", "nuts"),
 ]}
 
 

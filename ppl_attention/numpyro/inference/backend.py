@@ -7,21 +7,40 @@ from __future__ import annotations
 from ...contract import declared
 from ...errors import UserError
 from ..models.base import is_numpyro_model
+from .bayes import check_options as check_global_options
+from .bayes import fit_global, global_report
 from .evaluate import alignment_links, elbo_per_token, nll_per_token
 from .fit import data_parallel, fit
 from .methods import get_method
 from .twins import twin_class
 
-__all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links"]
+__all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
+           "fit_global", "global_report", "check_global_options", "method_family",
+           "preflight"]
 
 NAME = "numpyro"
 
 
 def check(model_class, method: str) -> None:
-    """Refuse, before any work, a Pyro model without a NumPyro twin or a method NumPyro
-    lacks."""
+    """Refuse, before any work, a Pyro model without a NumPyro twin, a method NumPyro lacks, a
+    method for global latents on a model without them (or the other way round)."""
+    from ...core.global_methods import is_global_method
+
     if declared(model_class, "backend") != "numpyro":
         twin_class(model_class)
+    latents = declared(model_class, "latents")
+    if is_global_method(method):
+        if declared(model_class, "backend") != "numpyro" or not latents:
+            raise UserError(f"method {method!r} infers global latent variables: it takes a "
+                            f"NumPyro model that declares them (`latents`); "
+                            f"{model_class.__name__} declares none")
+        return
+    if latents and declared(model_class, "backend") == "numpyro":
+        from ...core.global_methods import GLOBAL_METHODS
+
+        raise UserError(f"{model_class.__name__} declares global latents "
+                        f"({', '.join(latents)}): train it by {', '.join(GLOBAL_METHODS)}, not "
+                        f"{method!r}")
     get_method(method)
 
 
@@ -35,8 +54,15 @@ def check_run(run) -> None:
         twin_class(type(run.model))
 
 
-def method_family(method: str):
-    """A fresh NumPyro family of ``method`` (what a NumPyro model is built with)."""
+def method_family(method: str, model_class=None):
+    """A fresh NumPyro family of ``method`` (what a NumPyro model is built with); for a method
+    of global latents, the first family the model declares (its alignment is summed out)."""
+    from ...core.global_methods import is_global_method
+    from ..families import make_family
+
+    if is_global_method(method):
+        families = declared(model_class, "families") if model_class is not None else None
+        return make_family(families[0] if families else "categorical")
     return get_method(method).family()
 
 

@@ -64,6 +64,7 @@ from ...errors import MissingCapability, UserError
 __all__ = ["AlignmentModel", "init_params", "constrain", "unconstrain", "call",
            "exact_token_log_likelihood", "exact_posterior", "posterior_samples", "prior_probs",
            "soft_token_log_likelihood", "substitute_params", "simulate", "is_numpyro_model",
+           "token_log_likelihood_given", "posterior_given",
            "CAPABILITIES"]
 
 
@@ -180,15 +181,19 @@ def _site_log_prob(site):
     return lp if scale is None else lp * scale
 
 
-def _enumerated_joint(model, params, batch):
+def _enumerated_joint(model, params, batch, globals_: dict | None = None):
     """log p(y_t, z_t = j | x, y<t) ``[S, B, T]`` (the model run with its alignment site
     enumerated by ``numpyro.contrib.funsor.enum``), or ``[B, T]`` when nothing is enumerated (a
-    deterministic family)."""
+    deterministic family). ``globals_``: values of the model's global latent sites, fixed (and
+    left out of the sum: the joint is then given them)."""
     from numpyro.contrib.funsor import enum
 
     nest = declared(model, "max_plate_nesting")
-    fn = enum(handlers.seed(substitute_params(model.model, params), 0),
-              first_available_dim=-1 - nest)
+    program = substitute_params(model.model, params)
+    if globals_:
+        program = handlers.block(handlers.condition(program, data=globals_),
+                                 hide=list(globals_))
+    fn = enum(handlers.seed(program, 0), first_available_dim=-1 - nest)
     trace = handlers.trace(fn).get_trace(batch, enumerate_z=True, kl_scale=1.0)
     B, T = batch.tgt_out.shape
     name = type(model).__name__
@@ -228,6 +233,34 @@ def _enumerated_joint(model, params, batch):
 
 def _own(model, member: str) -> bool:
     return callable(getattr(model, member, None))
+
+
+def _given(member, params, globals_: dict):
+    """A capability member with the global latents fixed at ``globals_`` (its
+    ``numpyro.sample`` sites of them return those values)."""
+    fn = handlers.condition(substitute_params(member, params), data=globals_)
+    return handlers.seed(handlers.block(fn, hide=list(globals_)), 0)
+
+
+def token_log_likelihood_given(model, params, batch, globals_: dict):
+    """log p(y_t | x, y<t, globals) ``[B, T]`` with the model's global latents fixed at
+    ``globals_`` (a draw of their posterior): its own member, or the alignment summed out by
+    enumeration."""
+    B, T = batch.tgt_out.shape
+    if _own(model, "exact_token_log_likelihood"):
+        return _given(model.exact_token_log_likelihood, params, globals_)(batch)
+    joint, enumerated = _enumerated_joint(model, params, batch, globals_)
+    ll = jax.nn.logsumexp(joint, 0) if enumerated else jnp.broadcast_to(joint, (B, T))
+    return jnp.where(batch.tgt_mask, ll, 0.0)
+
+
+def posterior_given(model, params, batch, globals_: dict):
+    """p(z_t = j | x, y, globals) ``[B, T, S]`` with the global latents fixed: the model's own
+    member, or Bayes' rule on the enumerated joint."""
+    if _own(model, "exact_posterior"):
+        return _given(model.exact_posterior, params, globals_)(batch)
+    joint, _ = _enumerated_joint(model, params, batch, globals_)
+    return jnp.transpose(jax.nn.softmax(joint, 0), (1, 2, 0))
 
 
 def exact_token_log_likelihood(model, params, batch):

@@ -24,8 +24,10 @@ import numpyro
 import numpyro.distributions as dist
 
 from ... import arviz_api
+from .base import AlignmentModel
 
-__all__ = ["encode_pairs", "ibm2_model", "nuts_reference", "fit_svi", "compare_to_nuts"]
+__all__ = ["encode_pairs", "ibm2_model", "nuts_reference", "fit_svi", "compare_to_nuts",
+           "BayesianIBM2"]
 
 
 def encode_pairs(pairs, src_vocab: dict | None = None, tgt_vocab: dict | None = None):
@@ -136,3 +138,58 @@ def compare_to_nuts(pairs, guides=("AutoNormal", "AutoDelta"), seed: int = 0, **
                      "lam": float(means["lam"])})
     return {"max_rhat": float(summary["r_hat"].max()), "min_ess_bulk": float(
         summary["ess_bulk"].min()), "rows": rows, "idata": idata}
+
+
+class BayesianIBM2(AlignmentModel):
+    """The model above under the NumPyro model contract — the registry's ``bayesian-ibm2`` —,
+    trained by the methods for global latents (``nuts``, ``hmc``, ``svi-normal``,
+    ``svi-lowrank``, ``svi-delta``: :mod:`ppl_attention.core.global_methods`):
+
+        θ_e ~ Dirichlet(α·1)    one row per source word e (special tokens included)
+        λ ~ Gamma(a, b)
+        z_t | λ ~ Categorical(softmax_j(−λ·|(t + ½)/m − (j + ½)/l|))      (site ``align``)
+        y_t | z_t, θ ~ Categorical(θ_{x_{z_t}})
+
+    The alignment is written by ``pa.numpyro.attend`` with the rows log θ_{x_j} as its values,
+    so the selected row is the target's log-probabilities; MCMC and SVI see it enumerated.
+    Arrays as a pairs batch gives them (``<eos>`` is a target token like any other)."""
+
+    latents = ("theta", "lam")
+    families = ("categorical",)
+    posteriors = ("none",)
+    training_defaults = {"steps": 2000, "lr": 0.02}
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, *, family, alpha: float = 1.5,
+                 lam_shape: float = 2.0, lam_rate: float = 0.5):
+        self.family = family
+        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
+        self.alpha, self.lam_prior = alpha, (lam_shape, lam_rate)
+
+    def model(self, batch, *, enumerate_z=False, kl_scale=1.0):
+        from numpyro import handlers
+
+        from ..attend import attend
+
+        theta = numpyro.sample("theta", dist.Dirichlet(jnp.full((self.tgt_vocab,), self.alpha))
+                               .expand([self.src_vocab]).to_event(1))  # [V_src, V_tgt]
+        lam = numpyro.sample("lam", dist.Gamma(*self.lam_prior))
+        B, T = batch.tgt_out.shape
+        S = batch.src.shape[1]
+        m = jnp.maximum(batch.tgt_mask.sum(-1, keepdims=True), 1)[:, :, None]
+        n = jnp.maximum(batch.src_mask.sum(-1, keepdims=True), 1)[:, :, None]
+        i = (jnp.arange(S) + 0.5)[None, None, :] / n
+        t = (jnp.arange(T) + 0.5)[None, :, None] / m
+        scores = -lam * jnp.abs(t - i)  # [B, T, S]
+        values = jnp.log(theta)[batch.src]  # [B, S, V_tgt]: each source word's row
+        with numpyro.plate("batch", B, dim=-2), numpyro.plate("target", T, dim=-1):
+            with handlers.scale(scale=kl_scale):
+                logp, _ = attend("align", scores, values, self.family, mask=batch.src_mask,
+                                 target_mask=None if enumerate_z else batch.tgt_mask,
+                                 infer={"enumerate": "parallel"} if enumerate_z else None)
+            numpyro.sample("y", dist.Categorical(logits=logp).mask(batch.tgt_mask),
+                           obs=batch.tgt_out)
+
+    def guide(self, batch, *, posterior="none", enumerate_z=False, kl_scale=1.0,
+              baseline=None):
+        """No alignment guide: the globals' guides are the methods' autoguides, the alignment
+        is summed out."""
