@@ -1,8 +1,60 @@
+import os
+
 import pyro
 import pytest
 import torch
 
 from ppl_attention.data import make_task, write_pharaoh, write_tsv
+
+# One intra-op thread in the test process: the tests' tensors are tiny, and on a busy 2-core
+# machine torch's OpenMP threads spin at their barriers (tests/test_seq2seq.py: 204 s with two
+# threads, 26 s with one, at load 4). Subprocesses (examples, torchrun, Ray workers) keep
+# torch's default.
+torch.set_num_threads(1)
+
+
+def _xla_without_llvm_optimization():
+    """The test process's XLA compiles without LLVM's optimizations: the tests' programs are
+    tiny and compiled once, so compiling dominates (a NumPyro cell of test_matrix: 15 s → 7 s).
+    XLA reads XLA_FLAGS once, at its first compilation; the variable is restored after it, so
+    the commands the tests start (the examples against their documented figures) keep the
+    default."""
+    try:
+        import jax
+    except ImportError:  # without the numpyro extra
+        return
+    before = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = f"{before or ''} --xla_backend_optimization_level=0".strip()
+    try:
+        jax.jit(lambda x: x + 1)(0)
+    finally:
+        if before is None:
+            del os.environ["XLA_FLAGS"]
+        else:
+            os.environ["XLA_FLAGS"] = before
+
+
+_xla_without_llvm_optimization()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _jax_compilation_cache(tmp_path_factory):
+    """JAX's persistent compilation cache (``ppl_attention.numpyro.inference.cache``) on from the
+    session's start, in a temporary directory, not the user's: a program one test compiled (a
+    NumPyro training step, a loss on the same batch) is loaded by the next, in this process and
+    in the commands the tests start."""
+    try:
+        from ppl_attention.numpyro.inference import cache
+    except ImportError:  # without the numpyro extra
+        yield
+        return
+    env = pytest.MonkeyPatch()
+    env.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "jax"))
+    cache.enable_compilation_cache.cache_clear()
+    cache.enable_compilation_cache()
+    yield
+    env.undo()
+    cache.enable_compilation_cache.cache_clear()
 
 
 @pytest.fixture(autouse=True)

@@ -171,8 +171,22 @@ def test_padded_targets_add_nothing_to_the_loss(make_family):
 
 
 def test_score_function_gradient_is_unbiased():
-    """TraceGraph_ELBO's REINFORCE gradient of a Categorical guide site, averaged over many seeds,
-    is within 3 standard errors of the exact gradient of the enumerated ELBO."""
+    """The fast form: 500 seeds, within 4 standard errors (largest |z| 1.6; 2.0 at 3000 seeds).
+    Planted once, in memory: the guide's scores detached in ``Categorical.posterior`` (no
+    gradient reaches φ) fails both forms; a guide drawing from softmax(0.8·φ) — the unbiased
+    gradient of another ELBO — fails the full-power form only (|z| 7.4; 3.9 here)."""
+    _check_score_function_gradient(500, 4.0)
+
+
+@pytest.mark.statistical
+def test_score_function_gradient_is_unbiased_full_power():
+    """The full-power form: 3000 seeds, within 3 standard errors."""
+    _check_score_function_gradient(3000, 3.0)
+
+
+def _check_score_function_gradient(n, sigmas):
+    """TraceGraph_ELBO's REINFORCE gradient of a Categorical guide site, averaged over ``n``
+    seeds, is within ``sigmas`` standard errors of the exact gradient of the enumerated ELBO."""
     T, S = 2, 4
     _, values, y = _toy(T=T, S=S, seed=7)
     values, y = values.float(), y.float()
@@ -200,7 +214,7 @@ def test_score_function_gradient_is_unbiased():
 
     est = TraceGraph_ELBO(max_plate_nesting=1)
     grads = []
-    for seed in range(3000):
+    for seed in range(n):
         pyro.set_rng_seed(seed)
         est.loss_and_grads(model, guide)
         store = pyro.get_param_store()
@@ -210,7 +224,7 @@ def test_score_function_gradient_is_unbiased():
     grads = torch.stack(grads)
     mean, se = grads.mean(0), grads.std(0) / len(grads) ** 0.5
     exact = torch.cat([exact_theta.flatten(), exact_phi.flatten()])
-    assert torch.all((mean - exact).abs() < 3 * se + 1e-6), (mean, exact, se)
+    assert torch.all((mean - exact).abs() < sigmas * se + 1e-6), (mean, exact, se)
     assert se[len(theta0):].max() > 0  # the score-function part really is stochastic
 
 
