@@ -147,6 +147,7 @@ def test_cli_train_and_evaluate_json_keys(tmp_path, capsys):
     assert not (tmp_path / "y").exists()
 
 
+@pytest.mark.integration  # README's command, trained
 def test_readme_bam_command_learns(tmp_path, capsys):
     """README's BAM command with the classifier's own defaults (lr 3e-3, η = 1e-3), shortened:
     accuracy far above chance (0.1), where the seq2seq learning rate once left it at 0.107."""

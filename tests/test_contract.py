@@ -82,6 +82,7 @@ def test_a_users_model_through_compare_evaluate_align_analyze_diagnose(compared,
     assert 0 <= kl < 10 and np.isfinite(kl)
 
 
+@pytest.mark.integration  # an example run as a user runs it
 def test_the_python_api_tutorial_runs(tmp_path):
     """examples/tutorial/tutorial.py (≤ 40 lines): three methods, evaluate, ArviZ summary, LOO
     and a plot."""

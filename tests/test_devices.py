@@ -99,6 +99,7 @@ for method in ("bam-weibull",):  # a family whose own parameters attend register
 """
 
 
+@pytest.mark.integration  # a second host device: --xla_force_host_platform_device_count
 def test_numpyro_training_follows_the_default_jax_device(tmp_path):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
                JAX_PLATFORMS="cpu", PPL_ATTENTION_JAX_CACHE="off")
