@@ -377,3 +377,45 @@ def test_compilation_cache_follows_its_environment_variable(tmp_path, monkeypatc
     finally:
         nfit.enable_compilation_cache.cache_clear()
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_a_kept_traced_step_gives_the_steps_numbers_and_is_reused_only_under_its_key(tmp_path):
+    """``PersistentStep`` (the training step kept with ``jax.export`` between runs): the loaded
+    program gives the traced step's outputs to the bit, a second instance under the same key
+    reads the file instead of tracing, another key (model, method, code) traces anew, a damaged
+    file is traced again. Planted fault p1 — the key without ``identity`` — is caught here
+    (`python tests/plant_faults.py p1`: CAUGHT, 1 failed)."""
+    from ppl_attention.numpyro.inference.cache import PersistentStep
+
+    traces = []
+
+    def step(raw, opt, key, batch, n_tokens, lr, kl, kw=None):
+        traces.append(1)
+        g = jax.tree.map(lambda w: w * batch.sum() / n_tokens, raw)
+        raw = jax.tree.map(lambda w, d: w - lr * d + kl * jax.random.normal(key, w.shape), raw, g)
+        return raw, opt + 1, sum(jnp.sum(w) for w in jax.tree.leaves(raw))
+
+    step.init = lambda raw: jnp.zeros(())
+    raw = {"a": jnp.arange(3.0), "b": {"c": jnp.ones((2, 2))}}
+    args = (jax.random.PRNGKey(0), jnp.arange(4.0), 3.0, 0.1, 0.5, None)
+    want = jax.jit(step)(raw, step.init(raw), *args)
+    first = PersistentStep(step, "model A vae-enum", tmp_path)
+    got = first(raw, first.init(raw), *args)
+    for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(g))
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    files = sorted((tmp_path / "traced").glob("*.jaxexport"))
+    assert len(files) == 1
+    n = len(traces)
+    again = PersistentStep(step, "model A vae-enum", tmp_path)
+    got2 = again(raw, again.init(raw), *args)
+    assert len(traces) == n  # loaded, not traced
+    np.testing.assert_array_equal(np.asarray(got2[2]), np.asarray(want[2]))
+    other = PersistentStep(step, "model B vae-enum", tmp_path)
+    other(raw, other.init(raw), *args)
+    assert len(traces) == n + 1 and len(list((tmp_path / "traced").glob("*.jaxexport"))) == 2
+    files[0].write_bytes(b"damaged")
+    damaged = PersistentStep(step, "model A vae-enum", tmp_path)
+    got3 = damaged(raw, damaged.init(raw), *args)
+    assert len(traces) == n + 2
+    np.testing.assert_array_equal(np.asarray(got3[2]), np.asarray(want[2]))

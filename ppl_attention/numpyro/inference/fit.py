@@ -19,7 +19,9 @@ between runs, so another seed, a resume or the next job of a sweep loads them in
 from __future__ import annotations
 
 import functools
+import json
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -41,7 +43,7 @@ from ..models.base import (
     soft_token_log_likelihood,
     unconstrain,
 )
-from .cache import CACHE_ENV, enable_compilation_cache
+from .cache import CACHE_ENV, PersistentStep, enable_compilation_cache
 from .evaluate import MULTIPLE, nll_per_token
 from .methods import enumerated_guide_loss, get_method, score_function_loss
 from .twins import parameter_pairs, state_dict_from_params, twin_of
@@ -216,6 +218,12 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         cons = {}
     pairs = None if native else parameter_pairs(jm, params, model)
     step_fn = make_step(jm, method, clip, opts["weight_decay"], cons)
+    cache_dir = enable_compilation_cache()
+    if cache_dir is not None and shard is None:  # the traced step kept between runs too
+        identity = (f"{type(jm).__module__}.{type(jm).__qualname__} "
+                    f"{json.dumps(jm.config, sort_keys=True, default=str)} {jm.family!r} "
+                    f"{method} {clip} {opts['weight_decay']} {sorted(cons.items())!r}")
+        step_fn = PersistentStep(step_fn, identity, Path(cache_dir))
     raw = unconstrain(params, cons)
     opt = step_fn.init(raw)
     if resume is not None:
