@@ -20,7 +20,7 @@ def _commands():
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.startswith("python -m pytest")]
     assert ci[0] == "python -m pytest -q" and len(ci) == 2, ci  # README's command first
-    second = re.fullmatch(r'python -m pytest -q -m "([^"]+)"', ci[1])[1]
+    second = re.fullmatch(r'python -m pytest -q -m "([^"]+)"( -n 0)?', ci[1])[1]
     registered = re.findall(r'^    "(\w+):', pyproject, re.M)
     assert set(TIER_MARKERS) <= set(registered), registered
     return default, second

@@ -157,7 +157,6 @@ def planted(kind: str, factor: float):
     """A planted miscalibration of a Pyro guide site, for power studies: ``"logits"`` multiplies
     a categorical q's logits by ``factor`` (> 1 over-confident, < 1 under-confident),
     ``"concentration"`` a Dirichlet q's concentration (> 1 over-confident)."""
-    from pyro.distributions import Categorical
     from pyro.distributions.torch_distribution import MaskedDistribution
 
     from ..distributions import MaskedDirichlet
@@ -166,8 +165,9 @@ def planted(kind: str, factor: float):
         mask = None
         if isinstance(fn, MaskedDistribution):
             fn, mask = fn.base_dist, fn._mask
-        if kind == "logits" and isinstance(fn, Categorical):
-            new = Categorical(logits=fn.logits * factor)
+        if kind == "logits" and getattr(fn.support, "is_discrete", False) \
+                and hasattr(fn, "logits"):  # a categorical guide, however it is subclassed
+            new = type(fn)(logits=fn.logits * factor)
         elif kind == "concentration" and isinstance(fn, MaskedDirichlet):
             new = MaskedDirichlet(fn.concentration * factor, fn.source_mask)
         else:
