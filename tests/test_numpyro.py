@@ -202,9 +202,12 @@ def _check_vae_sample_gradient(n):
     assert 0.5 <= ratio <= 2.0, ratio
 
 
+@pytest.mark.integration
 def test_runs_evaluate_the_same_under_either_backend(tmp_path, capsys):
     """A run trained by either backend gives the same evaluate report and the same Pharaoh
-    alignments under the other (trained weights, a --data-dir corpus with gold alignments)."""
+    alignments under the other (trained weights, a --data-dir corpus with gold alignments),
+    through the command line end to end — integration tier; the same weights giving the same
+    numbers is checked in the default tier by the same-weights tests above)."""
     data = tmp_path / "corpus"
     data.mkdir()
     task = make_task("reorder", n_train=40, n_eval=8, seed=1)

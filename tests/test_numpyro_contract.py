@@ -282,39 +282,41 @@ def test_a_numpyro_run_saved_and_resumed_gives_the_identical_next_losses(tmp_pat
         np.testing.assert_array_equal(np.asarray(cont.params[k]), np.asarray(straight.params[k]))
 
 
-def test_a_numpyro_run_killed_and_resumed_gives_the_identical_next_losses(tmp_path, data_dir,
-                                                                         monkeypatch, capsys):
+@pytest.mark.parametrize("spec", [pytest.param("seq2seq", marks=pytest.mark.integration),
+                                  NUMPYRO_SPEC], ids=["seq2seq-twin", "tutorial"])
+def test_a_numpyro_run_killed_and_resumed_gives_the_identical_next_losses(spec, tmp_path,
+                                                                         data_dir, monkeypatch,
+                                                                         capsys):
     """``train --checkpoint-every 2`` killed after its 4th step, then ``--resume``d: the same
-    losses as the run never stopped (the built-in twin under --backend numpyro, and the
-    NumPyro tutorial model)."""
+    losses as the run never stopped (the NumPyro tutorial model in the default tier; the
+    built-in twin under --backend numpyro in the integration tier)."""
     nfit = importlib.import_module("ppl_attention.numpyro.inference.fit")  # not the function
-    for spec in ("seq2seq", NUMPYRO_SPEC):
-        extra = ["--backend", "numpyro", "--hidden", "8"] if spec == "seq2seq" else ["--dim", "8"]
-        cmd = ["train", "--model", spec, "--data-dir", str(data_dir), "--method", "vae-enum",
-               "--steps", "6", "--batch-size", "16", "--valid-every", "3", *extra]
-        assert main([*cmd, "--out", str(tmp_path / f"{spec[-5:]}-straight")]) == 0
-        straight = json.loads((tmp_path / f"{spec[-5:]}-straight" / "metrics.json").read_text())
-        calls = {"n": 0}
-        real = nfit.batch_order
+    extra = ["--backend", "numpyro", "--hidden", "8"] if spec == "seq2seq" else ["--dim", "8"]
+    cmd = ["train", "--model", spec, "--data-dir", str(data_dir), "--method", "vae-enum",
+           "--steps", "6", "--batch-size", "16", "--valid-every", "3", *extra]
+    assert main([*cmd, "--out", str(tmp_path / f"{spec[-5:]}-straight")]) == 0
+    straight = json.loads((tmp_path / f"{spec[-5:]}-straight" / "metrics.json").read_text())
+    calls = {"n": 0}
+    real = nfit.batch_order
 
-        def dies_at_step_4(*a, real=real, calls=calls):
-            calls["n"] += 1
-            if calls["n"] == 5:
-                raise KeyboardInterrupt  # killed while training its 5th step
-            return real(*a)
+    def dies_at_step_4(*a, real=real, calls=calls):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # killed while training its 5th step
+        return real(*a)
 
-        monkeypatch.setattr(nfit, "batch_order", dies_at_step_4)
-        out = tmp_path / f"{spec[-5:]}-killed"
-        with pytest.raises(KeyboardInterrupt):
-            main([*cmd, "--out", str(out), "--checkpoint-every", "2"])
-        monkeypatch.setattr(nfit, "batch_order", real)
-        assert (out / "PARTIAL").exists() and not (out / "COMPLETE").exists()
-        assert main([*cmd, "--out", str(out), "--checkpoint-every", "2", "--resume"]) == 0
-        resumed = json.loads((out / "metrics.json").read_text())
-        assert [h["train_loss"] for h in resumed["history"]] == \
-            [h["train_loss"] for h in straight["history"]]
-        assert [h.get("valid_nll") for h in resumed["history"]] == \
-            [h.get("valid_nll") for h in straight["history"]]
+    monkeypatch.setattr(nfit, "batch_order", dies_at_step_4)
+    out = tmp_path / f"{spec[-5:]}-killed"
+    with pytest.raises(KeyboardInterrupt):
+        main([*cmd, "--out", str(out), "--checkpoint-every", "2"])
+    monkeypatch.setattr(nfit, "batch_order", real)
+    assert (out / "PARTIAL").exists() and not (out / "COMPLETE").exists()
+    assert main([*cmd, "--out", str(out), "--checkpoint-every", "2", "--resume"]) == 0
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert [h["train_loss"] for h in resumed["history"]] == \
+        [h["train_loss"] for h in straight["history"]]
+    assert [h.get("valid_nll") for h in resumed["history"]] == \
+        [h.get("valid_nll") for h in straight["history"]]
 
 
 BAD_GUIDE = '''
