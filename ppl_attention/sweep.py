@@ -148,12 +148,14 @@ def check_run_dir(path: Path) -> None:
 def calibrate_job(exp, run, run_dir: Path) -> dict:
     """``--calibrate``: the run's guide (best weights) calibrated by simulation on its test
     split, the report written into its run directory; the table's columns back."""
-    from .analysis.calibration import calibrate, write_report
+    from .analysis.calibration import calibrate, uncalibratable, write_report
     from .contract import declared
     from .data.kinds import data_kind
     from .devices import jax_default_device
     from .inference.experiment import best_weights
 
+    if uncalibratable(run):  # its row says so: the training still counts
+        return {"cal_none": True}
     kind = data_kind(declared(run.model, "data"))
     test = kind.load(exp.source()).test
     place = jax_default_device(exp.device) if run.backend == "numpyro" else \
@@ -533,6 +535,10 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                   f"{fmt(s['elbo_per_token'])} | {fmt(s['aer'])} | "
                   f"{fmt(s['ms_per_step'], 1)} |"
                   + (f" {fmt(s['cal_p_min'])} | {fmt(s['cal_cov_90'])} |" if cal else ""))
+    if not bayes and not labelled and cal and any(rep.get("cal_none") for rep in reports):
+        md += ["", "Calibration `—`: the method's family samples nothing (soft attention, CRF "
+               "marginals) or sums a Markov chain out exactly; there is no posterior to "
+               "calibrate."]
     bad = [(j, r) for j, r in zip(jobs, results) if r["status"] != "ok"]
     if bad:
         md += ["", "Failed jobs (rerun the same command to run only these):", ""]

@@ -68,7 +68,7 @@ def trained(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("cal") / "cmp"
     spec = "examples/tutorial/diagonal.py:DiagonalAlignment"
     assert main(["compare", "--model", spec, "--data-dir", str(data_dir), "--methods",
-                 "vae-enum,dirichlet", "--steps", "60", "--lr", "0.05", "--batch-size", "16",
+                 "vae-enum,dirichlet,soft", "--steps", "60", "--lr", "0.05", "--batch-size", "16",
                  "--calibrate", "--out", str(out)]) == 0
     return out
 
@@ -92,6 +92,10 @@ def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(trai
 def test_calibrate_command_and_compare_columns(trained, tmp_path, capsys):
     md = (trained / "results.md").read_text()
     assert "calibration min p" in md and "coverage 90 %" in md
+    # soft attention has no posterior: its row stands, calibration "—", no failed job
+    soft_row = next(line for line in md.splitlines() if line.startswith("| soft |"))
+    assert soft_row.endswith("| — | — |") and "Failed jobs" not in md, md
+    assert "there is no posterior to calibrate" in md
     for method in ("vae-enum", "dirichlet"):
         run = trained / "runs" / f"{method}-seed0"
         res = json.loads((run / "calibration.json").read_text())

@@ -50,8 +50,8 @@ from ..inference.methods import get_method
 from ..models.base import capabilities, declared, exact_posterior, require, simulate
 from ..models.device import model_device
 
-__all__ = ["LEVELS", "calibrate", "planted", "rank_with_ties", "pit", "randomized_set_coverage",
-           "interval_coverage", "uniformity", "write_report", "ALPHA"]
+__all__ = ["LEVELS", "calibrate", "uncalibratable", "planted", "rank_with_ties", "pit",
+           "randomized_set_coverage", "interval_coverage", "uniformity", "write_report", "ALPHA"]
 
 LEVELS = (0.5, 0.8, 0.9, 0.95)
 ALPHA = 0.01  # a row fails when a uniformity test's p-value is below ALPHA / (its tests)
@@ -274,7 +274,7 @@ def _discrete_rows(probs_list, truth_list, mask_list, L, rng):
     tok_pit, joint_pit, cov_p, cov_t = [], [], [], []
     for probs, truth, mask in zip(probs_list, truth_list, mask_list):
         B, T, S = probs.shape
-        p = np.where(mask[..., None], probs, 0.0)
+        p = np.where(mask[..., None], probs, 0.0).astype(np.float64)  # 1e-300 below
         p = p / np.maximum(p.sum(-1, keepdims=True), 1e-300)
         p[~mask] = 1.0 / S
         cum = np.cumsum(p, -1)
@@ -350,6 +350,16 @@ def _gold_coverage(probs_list, gold_list, mask_list) -> dict:
     return out
 
 
+def uncalibratable(run) -> str | None:
+    """Why ``run`` has no posterior to calibrate — its family samples nothing (soft attention, a
+    CRF's marginals) or is a Markov chain summed out exactly — or None."""
+    fam = run.model.family
+    if fam.deterministic or fam.markov:
+        return (f"the {fam.name} family of {run.method} has no posterior to calibrate (nothing "
+                f"is sampled, or the chain is exact)")
+    return None
+
+
 def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed: int = 0,
               distort=None, progress: bool = True) -> dict:
     """Calibration of ``run``'s guide (and of its exact posterior, where the model has one) on
@@ -368,9 +378,9 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     require(model, "alignment", tool="calibrate")
     fam = model.family
     m = get_method(run.method)
-    if fam.deterministic or fam.markov:
-        raise UserError(f"calibrate: the {fam.name} family of {run.method} has no posterior "
-                        f"to calibrate (nothing is sampled, or the chain is exact)")
+    reason = uncalibratable(run)
+    if reason:
+        raise UserError(f"calibrate: {reason}")
     numpyro = run.backend == "numpyro"
     if numpyro:
         from ..numpyro.inference import calibration as backend_side
