@@ -166,6 +166,23 @@ def calibrate_job(exp, run, run_dir: Path) -> dict:
     return calibration_columns(res)
 
 
+def calibrate_completed(args, job, path: Path, done: dict) -> dict:
+    """``--calibrate`` over a job trained before without it (or whose calibration failed):
+    its run loaded back and calibrated, the columns added to its read-back result."""
+    from .devices import torch_device
+    from .inference.run import Run
+
+    try:
+        a = job_args(args, job)
+        device = torch_device(a.device) if done["report"].get("backend", "pyro") == "pyro" \
+            else None
+        run = Run.load(path, which="best", device=device)
+        done["report"].update(calibrate_job(a, run, path))
+        return done
+    except Exception as e:  # the job's failure is its result; the sweep goes on
+        return failed(e, traceback.format_exc())
+
+
 def calibration_columns(res: dict) -> dict:
     """The comparison table's calibration columns: the smallest uniformity p-value and the 90 %
     coverage of the first posterior (the guide; the exact posterior for an exact method)."""
@@ -365,6 +382,9 @@ def execute(train_fn: Callable, args, jobs: list[Job], out: Path, *, workers: in
     todo = []
     for i, job in enumerate(jobs):
         done = completed(out / "runs" / job.name)
+        if done is not None and getattr(args, "calibrate", False) \
+                and not {"cal_p_min", "cal_none"} & set(done["report"]):
+            done = calibrate_completed(args, job, out / "runs" / job.name, done)
         if done is not None:
             results[i] = done
         else:

@@ -73,6 +73,27 @@ def trained(tmp_path_factory, data_dir):
     return out
 
 
+def test_compare_calibrate_over_runs_trained_without_it(trained, tmp_path, data_dir):
+    """Rerunning ``compare --calibrate`` where the runs are complete but not calibrated (trained
+    without the flag, or their calibration failed) calibrates them, trains nothing again.
+    Planted fault (the read-back runs not calibrated): caught, 1 failed."""
+    import shutil
+
+    out = tmp_path / "cmp"
+    shutil.copytree(trained, out)
+    (out / "runs" / "vae-enum-seed0" / "calibration.json").unlink()
+    (out / "results.md").unlink()
+    spec = "examples/tutorial/diagonal.py:DiagonalAlignment"
+    assert main(["compare", "--model", spec, "--data-dir", str(data_dir), "--methods",
+                 "vae-enum,soft", "--steps", "60", "--lr", "0.05", "--batch-size", "16",
+                 "--calibrate", "--out", str(out)]) == 0
+    assert (out / "runs" / "vae-enum-seed0" / "calibration.json").exists()
+    md = (out / "results.md").read_text()
+    vae = next(line for line in md.splitlines() if line.startswith("| vae-enum |"))
+    assert not vae.endswith("| — | — |") and "Failed jobs" not in md, md
+    assert "there is no posterior to calibrate" in md
+
+
 def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(trained):
     from ppl_attention.data import make_task
     from ppl_attention.inference.run import Run

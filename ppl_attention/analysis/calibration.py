@@ -353,6 +353,11 @@ def _gold_coverage(probs_list, gold_list, mask_list) -> dict:
 def uncalibratable(run) -> str | None:
     """Why ``run`` has no posterior to calibrate — its family samples nothing (soft attention, a
     CRF's marginals) or is a Markov chain summed out exactly — or None."""
+    from ..core.global_methods import is_global_method
+
+    if is_global_method(run.method):
+        return (f"{run.method} infers global latents; their posterior is checked against NUTS "
+                f"(compare) and by ppl-attention analyze, not by calibrating an alignment guide")
     fam = run.model.family
     if fam.deterministic or fam.markov:
         return (f"the {fam.name} family of {run.method} has no posterior to calibrate (nothing "

@@ -124,12 +124,12 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from ..analysis.calibration import calibrate, write_report
+    from ..analysis.calibration import calibrate, uncalibratable, write_report
 
     run = load_run(args.run, args)
-    if is_global_method(run.method):
-        raise UserError(f"{args.run}: calibrate checks an alignment guide; {run.method} infers "
-                        f"global latents (their posterior: ppl-attention analyze)")
+    reason = uncalibratable(run)
+    if reason:
+        raise UserError(f"{args.run}: calibrate: {reason}")
     split = _analysis_split(run, args, args.run)
     result = calibrate(run, split.pairs, split.gold, num_sims=args.num_sims, draws=args.draws,
                        seed=args.seed)
