@@ -89,7 +89,9 @@ def main() -> int:
     lines = ["# Verification matrix", "",
              "Every method × property × backend, as `python tests/matrix.py` last ran it (the "
              "tests are `tests/test_matrix.py`, in the default tier — property c there in its "
-             "fast form, its full-power form in the statistical tier; each property's meaning is "
+             "fast form, its full-power form in the statistical tier; NumPyro's f there for "
+             "exact, vae-sample, dirichlet and hmm-exact, for the other methods in the "
+             "integration tier; each property's meaning is "
              "in the docstring of `tests/matrix.py`). **pass**: the property was checked and "
              "holds (every test of the cell passed); **n/a**: it does not apply, for the reason "
              "given (the reason itself is checked by the same test).", ""]

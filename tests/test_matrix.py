@@ -601,7 +601,15 @@ def _fit(method, steps, resume=None, backend="pyro"):
                  lr=1e-2)
 
 
-@pytest.mark.parametrize("method,backend", CELLS, ids=IDS)
+#: NumPyro's resume in the default tier for one method of each kind — enumerated, score
+#: function, reparameterized, the Markov chain —, every other method's in the integration tier
+#: (each NumPyro cell compiles its own step: ~20 s apiece on 2 cores)
+F_DEFAULT_NUMPYRO = ("exact", "vae-sample", "dirichlet", "hmm-exact")
+F_CELLS = [pytest.param(m, b, marks=pytest.mark.integration)
+           if b == "numpyro" and m not in F_DEFAULT_NUMPYRO else (m, b) for m, b in CELLS]
+
+
+@pytest.mark.parametrize("method,backend", F_CELLS, ids=IDS)
 def test_f_resume(method, backend, tmp_path):
     if _check_na(method, "f", backend):
         return
