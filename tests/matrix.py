@@ -75,7 +75,8 @@ def not_applicable(method: str, prop: str, backend: str) -> str | None:
 
 def main() -> int:
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:warnings", "-m",
-                          "", "--durations=30", str(ROOT / "tests" / "test_matrix.py")],
+                          "", "--durations=30", "--dist", "load",  # one module: spread its tests
+                          str(ROOT / "tests" / "test_matrix.py")],
                          capture_output=True, text=True, cwd=ROOT)
     (ROOT / "runs").mkdir(exist_ok=True)
     (ROOT / "runs" / "matrix.log").write_text(res.stdout + res.stderr)
