@@ -103,6 +103,7 @@ def attend(
     target_mask: torch.Tensor | None = None,
     scale: torch.Tensor | None = None,
     infer: dict | None = None,
+    attention: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attend with a latent alignment written as the Pyro sample site ``name``.
 
@@ -122,6 +123,12 @@ def attend(
             is masked out (``dist.mask``), so they add nothing to the loss.
         scale: posterior standard deviation ``[..., T, dv]`` for ``GaussianContext`` guides.
         infer: Pyro's ``infer`` dict for the site, e.g. ``{"enumerate": "parallel"}``.
+        attention: only for a tree family (``Tree``, ``TreeMarginals``): the query's word scores
+            ``[..., T, S]``, while ``scores`` are then the tree's arc scores ``[..., 1, S, S]``
+            (one tree per sentence: call ``attend`` inside the batch plate but outside the
+            target plate) or ``[..., T, S, S]`` (one per query, inside both) — see
+            :class:`~ppl_attention.families.Tree`. A guide may leave it out (it returns no
+            context then).
 
     Returns:
         ``(context, weights)``: context ``[..., T, dv]`` (with enumeration dims on the left when
@@ -136,6 +143,13 @@ def attend(
     family = make_family(family)
     if not isinstance(name, str) or not name:
         raise UserError(f"name must be a non-empty string, got {name!r}")
+    if family.tree:
+        return _attend_tree(name, scores, values, family, mask, guide=guide, keys=keys,
+                            target_mask=target_mask, scale=scale, infer=infer,
+                            attention=attention)
+    if attention is not None:
+        raise UserError(f"attention= is for the tree families (their scores are arc scores); "
+                        f"the {family.name!r} family takes its scores as scores")
     _check_inputs(scores, values)
     mask = broadcast_source_mask(mask, scores)
     if keys is None:
@@ -172,3 +186,46 @@ def attend(
     if family.normalizes:  # BAM: attention = S / Σ S, 0 where masked
         return weights @ values, weights
     return family.context(value, values), weights
+
+
+def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask, scale, infer,
+                 attention):
+    """``attend`` for the tree families (see :class:`~ppl_attention.families.Tree`)."""
+    for arg, given in (("target_mask", target_mask), ("scale", scale), ("keys", keys)):
+        if given is not None:
+            raise UserError(f"{arg}= does not apply to the {family.name!r} family (its site is a "
+                            f"tree per sentence or per query)")
+    if not isinstance(scores, torch.Tensor) or not isinstance(values, torch.Tensor):
+        raise UserError("scores and values must be torch tensors")
+    if scores.dim() < 3 or scores.shape[-1] != scores.shape[-2]:
+        raise UserError(f"the {family.name!r} family takes arc scores [..., T or 1, S, S], got "
+                        f"scores {_shape(scores)}")
+    S = scores.shape[-1]
+    if values.dim() < 2 or values.shape[-2] != S:
+        raise UserError(f"values {_shape(values)} and arc scores {_shape(scores)} disagree on "
+                        f"the source length S={S}")
+    if mask is None:
+        mask = torch.ones(values.shape[:-1], dtype=torch.bool, device=scores.device)
+    mask = torch.as_tensor(mask, device=scores.device).bool()
+    if mask.shape[-1] != S:
+        raise UserError(f"mask {_shape(mask)} does not end in the source length S={S}")
+    weights = None
+    if attention is not None:
+        if attention.dim() != scores.dim() - 1 or attention.shape[-1] != S:
+            raise UserError(f"attention {_shape(attention)} must be the query's word scores "
+                            f"[..., T, S] beside arc scores {_shape(scores)}")
+        _check_inputs(attention, values)
+        weights = family.deterministic_weights(attention, broadcast_source_mask(mask, attention))
+    elif not guide:
+        raise UserError(f"the {family.name!r} family needs attention= (the query's word scores "
+                        f"[..., T, S]) in a model")
+    tree = family.tree_distribution(scores, mask)  # the prior or (guide) the posterior
+    if family.deterministic:  # TreeMarginals: the exact arc marginals, nothing sampled
+        value, arcs = None, tree.marginals
+    else:
+        value = pyro.sample(name, tree, infer=dict(infer) if infer else {})
+        arcs = family.arcs(value, scores.dtype)
+    record(name, guide, scores, mask, weights, value, family)
+    if weights is None:
+        return None, None
+    return family.tree_context(arcs, values, weights), weights

@@ -36,6 +36,8 @@ CAPABILITIES = {
     "prior": "prior_probs(batch) -> [B, T, S]",
     "soft-likelihood": "soft_token_log_likelihood(batch) -> [B, T]",
     "predictive": "start_decoding / decoding_step / keep_hypotheses",
+    "arc-emissions": "arc_emission_scores(batch) -> [B, 1, S, S]: log p(y | tree, x) as a sum "
+                     "over the tree's arcs (its model sums the tree out when enumerate_z)",
 }
 
 
@@ -115,10 +117,15 @@ def capabilities(model) -> frozenset[str]:
         caps.add("soft-likelihood")
     if all(_own(model, m) for m in ("start_decoding", "decoding_step", "keep_hypotheses")):
         caps.add("predictive")
+    tree = bool(getattr(fam, "tree", False))
+    if tree and _own(model, "arc_emission_scores"):
+        caps.add("arc-emissions")
     # a member the model defines still needs a family it applies to (a model with a Dirichlet
     # family may define exact_posterior, but no exact posterior exists)
-    if not (enumerable or getattr(fam, "deterministic", False)):
+    if not (enumerable or getattr(fam, "deterministic", False) or "arc-emissions" in caps):
         caps -= {"exact-likelihood", "exact-posterior", "posterior-samples", "prior"}
+    if tree:  # a tree is no [B, T, S] alignment: its posterior is the model's tree_posterior
+        caps -= {"exact-posterior", "posterior-samples", "prior"}
     if getattr(fam, "deterministic", False):
         caps -= {"exact-posterior", "posterior-samples", "prior"}
     return frozenset(caps)
@@ -223,6 +230,11 @@ def check_method(cls, method, family=None, where: str = "") -> None:
                         f"{', '.join(posteriors)})")
     spec = method.family_spec
     families = declared(cls, "families")
+    if families is None and spec.tree:
+        raise UserError(f"{where}method {method.name!r} attends through a dependency tree "
+                        f"({spec.name}); {name} does not declare it in `families` (the tree is "
+                        f"one site per sentence, written outside the target plate with "
+                        f"attention=; docs/architecture.md)")
     if families is None and spec.markov:
         raise UserError(f"{where}method {method.name!r} samples a Markov chain of alignments "
                         f"({spec.name}); {name} does not declare it in `families` (a chain needs "
@@ -231,7 +243,8 @@ def check_method(cls, method, family=None, where: str = "") -> None:
         raise UserError(f"{where}method {method.name!r} uses the {spec.name!r} family; {name} "
                         f"supports {', '.join(families)}")
     for cap in method.requires:
-        member = {"soft-likelihood": "soft_token_log_likelihood"}[cap]
+        member = {"soft-likelihood": "soft_token_log_likelihood",
+                  "arc-emissions": "arc_emission_scores"}[cap]
         if not callable(getattr(cls, member, None)):
             raise MissingCapability(f"{where}method {method.name!r} needs the capability "
                                     f"{cap!r} ({CAPABILITIES[cap]}), which {name} does not have")

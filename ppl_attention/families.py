@@ -33,7 +33,9 @@ from __future__ import annotations
 import inspect
 import math
 
+import pyro
 import pyro.distributions as dist
+import pyro.infer.util
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -43,6 +45,7 @@ from .core.families import FAMILY_SPECS, FamilySpec
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .errors import UserError
 from .structured import FLOOR, MonotonicAlignment
+from .trees import DependencyTree, heads_to_arcs
 
 __all__ = [
     "Family",
@@ -55,6 +58,8 @@ __all__ = [
     "GaussianContext",
     "MarkovCategorical",
     "SegmentCRF",
+    "Tree",
+    "TreeMarginals",
     "FAMILIES",
     "make_family",
     "copy_family",
@@ -102,6 +107,7 @@ class Family(nn.Module):
     deterministic: bool = False  # no latent variable: the weights are a function of the scores
     normalizes: bool = False  # the value is unnormalized S ≥ 0; attention = S / Σ_unmasked S
     markov: bool = False  # z_t depends on z_{t-1}: sequential sites, not one attend call
+    tree: bool = False  # the site is a dependency tree over the source (arc scores, attention=)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -134,6 +140,10 @@ class Family(nn.Module):
     def context(self, value, values):
         """Σ_s w_s v_s: ``[..., T, S] @ [..., S, dv]`` → ``[..., T, dv]``."""
         return value @ values
+
+    def context_size(self, value_dim: int) -> int:
+        """The size of the context ``attend`` returns for values of size ``value_dim``."""
+        return value_dim
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self._config().items())
@@ -550,10 +560,99 @@ class SegmentCRF(Family):
         return None
 
 
+def source_lengths(mask: torch.Tensor) -> torch.Tensor:
+    """The number of real source positions of a padding ``mask [..., S]`` (a prefix of each row;
+    checked while Pyro's validation is on), ``[...]``."""
+    lengths = mask.sum(-1)
+    if mask.device.type != "meta" and pyro.infer.util.is_validation_enabled():
+        prefix = torch.arange(mask.shape[-1], device=mask.device) < lengths.unsqueeze(-1)
+        if not torch.equal(prefix, mask.bool()):
+            raise UserError("a tree family needs the source mask to be a prefix of each row "
+                            "(padding at the end)")
+    return lengths
+
+
+class _TreeAttention(Family):
+    """Attention through a dependency tree over the source (Kim et al. 2017, §3.3: syntactic
+    attention), shared by :class:`Tree` and :class:`TreeMarginals`.
+
+    The site is a tree z (``heads``; a :class:`~ppl_attention.trees.DependencyTree` of the arc
+    scores, one per sentence — scores ``[..., 1, S, S]`` — or one per query ``[..., T, S, S]``).
+    Each source word m is read with its parent and its children in z,
+
+        u_m(z) = [v_m ; Σ_h z_hm v_h ; Σ_c z_mc v_c]      (z_hm = 1 when h heads m, h ≠ m),
+
+    and the query attends over the words, α_t = softmax(e_t) (``attention=``, masked), giving
+    c_t = Σ_m α_tm u_m(z) ``[..., T, 3·dv]``. u is linear in the arc indicators, so the context
+    of the arc marginals μ (:class:`TreeMarginals`) is E_z[c_t(z)], exactly. The returned weights
+    are α.
+    """
+
+    def __init__(self, projective: bool = True, single_root: bool = True):
+        super().__init__()
+        cfg = self._configure(projective=projective, single_root=single_root)
+        self.projective, self.single_root = cfg["projective"], cfg["single_root"]
+
+    def context_size(self, value_dim: int) -> int:
+        """The size of the context vector for values of size ``value_dim``: 3·dv."""
+        return 3 * value_dim
+
+    def tree_distribution(self, scores, mask) -> DependencyTree:
+        """p(z | scores) for arc ``scores [..., S, S]`` and the source ``mask [..., S]``."""
+        lengths = source_lengths(mask)
+        lengths = lengths.reshape(lengths.shape + (1,) * (scores.dim() - 2 - lengths.dim()))
+        return DependencyTree(scores, lengths, projective=self.projective,
+                              single_root=self.single_root)
+
+    def prior(self, scores, mask, keys=None, values=None):
+        return self.tree_distribution(scores, mask)
+
+    def posterior(self, scores, mask, values=None, scale=None):
+        return self.tree_distribution(scores, mask)
+
+    def arcs(self, value, dtype) -> torch.Tensor:
+        """Arc indicators ``[..., S, S]`` of trees ``heads [..., S]``."""
+        return heads_to_arcs(value, dtype)
+
+    def tree_context(self, arcs, values, attention_weights):
+        """c_t = Σ_m α_tm [v_m ; parent_m ; children_m] from arc weights ``arcs [..., 1|T, S, S]``
+        (indicators or marginals), ``values [..., S, dv]`` and ``attention_weights [..., T, S]``
+        → ``[..., T, 3·dv]``."""
+        S = arcs.shape[-1]
+        off = arcs.masked_fill(torch.eye(S, dtype=torch.bool, device=arcs.device), 0.0)
+        v = values.unsqueeze(-3) if values.dim() < arcs.dim() else values
+        v = v.expand(*off.shape[:-2], *v.shape[-2:])
+        words = torch.cat([v, off.transpose(-1, -2) @ v, off @ v], -1)  # [..., 1|T, S, 3dv]
+        return (attention_weights.unsqueeze(-2) @ words).squeeze(-2)
+
+
+class Tree(_TreeAttention):
+    """A latent dependency tree (the module docstring of :class:`_TreeAttention`): the site is
+    sampled — prior p(z | x) from the model's arc scores, posterior q(z | x, y) from the guide's
+    — and trained by the score-function ELBO with the exact tree KL (method ``tree-sample``), or
+    summed out exactly when the emission factors over arcs (``tree-exact``)."""
+
+    spec = FAMILY_SPECS["tree"]
+
+
+class TreeMarginals(_TreeAttention):
+    """Structured (syntactic) attention of Kim et al. (2017): no site is sampled; the context
+    is built from the exact arc marginals μ = ∂ log Z / ∂θ, differentiable end to end (method
+    ``tree-marginals``)."""
+
+    spec = FAMILY_SPECS["tree-marginals"]
+
+    def prior(self, scores, mask, keys=None, values=None):
+        return None
+
+    def posterior(self, scores, mask, values=None, scale=None):
+        return None
+
+
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls
     for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull, LogNormal,
-                GaussianContext, MarkovCategorical, SegmentCRF)
+                GaussianContext, MarkovCategorical, SegmentCRF, Tree, TreeMarginals)
 }
 
 

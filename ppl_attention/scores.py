@@ -12,6 +12,10 @@ name           score e(q_t, k_s)                           reference
 ``scaled-dot`` q_tᵀ k_s / √d                               Vaswani et al. 2017, eq. (1)
 ``multi-head`` H heads of scaled dot on projections        Vaswani et al. 2017, §3.2.2
 =============  ==========================================  ==============================
+
+Arc scores of a dependency tree over the keys (the ``tree`` families): :class:`BiaffineArcScore`,
+keys ``[..., S, dk]`` (and optionally queries ``[..., T, dq]``) → ``[..., S, S]`` (``[..., T, S,
+S]``), the biaffine scorer of Dozat & Manning (2017) with the root arcs on the diagonal.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "DotScore",
     "ScaledDotScore",
     "MultiHeadScore",
+    "BiaffineArcScore",
     "SCORES",
     "make_score",
 ]
@@ -163,6 +168,47 @@ class MultiHeadScore(nn.Module):
     def from_projected(self, queries: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
         q = self._split(self.Wq(queries))
         return q @ projected.transpose(-1, -2) / math.sqrt(self.head_dim)
+
+
+class BiaffineArcScore(nn.Module):
+    """Arc log-potentials of a dependency tree from the source encodings (Dozat & Manning 2017,
+    eq. 4), optionally tilted by a query:
+
+        θ_hm = a_hᵀ U d_m + uᵀ a_h   (h ≠ m),      θ_mm = rᵀ d_m   (the arc root → m),
+
+    with head and dependent views a_h = relu(W_a k_h + b_a), d_m = relu(W_d k_m + b_d) ``[..., S,
+    hidden]``. With ``queries [..., T, dq]`` (``query_dim`` set) each query adds its own head and
+    root preferences, θ_t,hm += (W_q q_t)ᵀ a_h and θ_t,mm += (W_r q_t)ᵀ d_m, giving one tree per
+    query ``[..., T, S, S]``; without, one tree per source ``[..., S, S]``.
+    """
+
+    def __init__(self, key_dim: int, hidden: int | None = None, query_dim: int | None = None):
+        super().__init__()
+        hidden = hidden or key_dim
+        self.key_dim, self.query_dim, self.hidden = key_dim, query_dim, hidden
+        self.head = nn.Linear(key_dim, hidden)
+        self.dep = nn.Linear(key_dim, hidden)
+        self.U = nn.Parameter(torch.zeros(hidden, hidden))
+        self.u = nn.Parameter(torch.zeros(hidden))
+        self.root = nn.Parameter(torch.zeros(hidden))
+        if query_dim is not None:
+            self.Wq = nn.Linear(query_dim, hidden, bias=False)
+            self.Wr = nn.Linear(query_dim, hidden, bias=False)
+
+    def forward(self, keys: torch.Tensor, queries: torch.Tensor | None = None) -> torch.Tensor:
+        _check_qk(keys, keys, self.key_dim, self.key_dim)
+        a, d = torch.relu(self.head(keys)), torch.relu(self.dep(keys))  # [..., S, h]
+        arcs = (a @ self.U) @ d.transpose(-1, -2) + (a @ self.u).unsqueeze(-1)  # [..., S(h), S(m)]
+        root = d @ self.root  # [..., S]
+        if queries is None:
+            return arcs.diagonal_scatter(root, 0, -2, -1)
+        if self.query_dim is None:
+            raise UserError("BiaffineArcScore was built without query_dim; queries do not apply")
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        head_tilt = self.Wq(queries) @ a.transpose(-1, -2)  # [..., T, S(h)]
+        root_tilt = self.Wr(queries) @ d.transpose(-1, -2)  # [..., T, S(m)]
+        arcs = arcs.unsqueeze(-3) + head_tilt.unsqueeze(-1)
+        return arcs.diagonal_scatter(root.unsqueeze(-2) + root_tilt, 0, -2, -1)
 
 
 SCORES = {

@@ -39,6 +39,8 @@ SETTABLE_OTHER = ("backend", "devices", "task_seed")
 PREFIXES = ("train__", "model__", "data__")
 #: what a job reports (columns of results.csv after method, seed, the swept settings, status)
 COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
+#: …and where the data scores decoding or gold trees (``--task trees``)
+DECODE_COLUMNS = ["prefix_accuracy", "sequence_accuracy", "uas"]
 #: …and for the methods of global latents (MCMC and SVI against it)
 GLOBAL_COLUMNS = ["seconds", "rhat_max", "ess_bulk_min", "ess_tail_min", "divergences",
                   "vs_nuts_mean_error_sd", "vs_nuts_sd_ratio", "vs_nuts_w1_sd"]
@@ -495,6 +497,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         not any("nll_per_token" in rep for rep in reports)
     columns = LABEL_COLUMNS if labelled else COLUMNS
     extra_cols = [] if labelled else ["floor_nll_per_token"]
+    decoded = [c for c in DECODE_COLUMNS if any(c in rep for rep in reports)]
+    extra_cols += decoded
     csv = [",".join(["method", "seed", *keys, "status", *([] if labelled else ["exact"]),
                      *columns, *extra_cols, "error"])]
     for job, res in zip(jobs, results):
@@ -517,7 +521,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         curves.setdefault(label, ok[0][1]["history"])
         summary.append({"method": label, "exact": reps[0].get("exact"), "n": len(ok),
                         **{c: mean_sd([r.get(c) for r in reps])
-                           for c in columns + ["cal_p_min", "cal_cov_90"] + GLOBAL_COLUMNS}})
+                           for c in columns + decoded + ["cal_p_min", "cal_cov_90"]
+                           + GLOBAL_COLUMNS}})
 
     def fmt(v, digits=3):
         if v is None:
@@ -536,9 +541,12 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                "|---|" + "---|" * len(LABEL_HEADS)]
     else:
         cal = any("cal_p_min" in rep for rep in reports)
+        heads = {"prefix_accuracy": "correct before 1st error", "sequence_accuracy": "exact",
+                 "uas": "UAS"}
         md += ["| method | NLL/token | exact | ELBO/token | AER | ms/step |"
+               + "".join(f" {heads[c]} |" for c in decoded)
                + (" calibration min p | coverage 90 % |" if cal else ""),
-               "|---|---|---|---|---|---|" + ("---|---|" if cal else "")]
+               "|---|---|---|---|---|---|" + "---|" * len(decoded) + ("---|---|" if cal else "")]
     for s in summary:
         seeds_note = "" if s["n"] == seeds else f" ({s['n']} of {seeds} seeds)"
         if bayes:
@@ -554,6 +562,7 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         md.append(f"| {s['method']}{seeds_note} | {fmt(s['nll_per_token'])} | {bound} | "
                   f"{fmt(s['elbo_per_token'])} | {fmt(s['aer'])} | "
                   f"{fmt(s['ms_per_step'], 1)} |"
+                  + "".join(f" {fmt(s[c])} |" for c in decoded)
                   + (f" {fmt(s['cal_p_min'])} | {fmt(s['cal_cov_90'])} |" if cal else ""))
     if not bayes and not labelled and cal and any(rep.get("cal_none") for rep in reports):
         md += ["", "Calibration `—`: the method's family samples nothing (soft attention, CRF "

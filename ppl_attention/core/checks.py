@@ -28,3 +28,10 @@ def check_choice(name: str, value, choices) -> str:
     if value not in choices:
         raise UserError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     return value
+
+
+def check_bool(name: str, value) -> bool:
+    """True or False."""
+    if not isinstance(value, bool):
+        raise UserError(f"{name} must be true or false, got {value!r}")
+    return value

@@ -12,7 +12,11 @@ Traits:
 - ``markov``: z_t depends on z_{t−1} — a chain, which a model must write as sequential sites
   (``attend`` cannot sample it); only models that declare the family support it;
 - ``latent_context``: the site's value is the context vector itself (its attention weights
-  are the deterministic soft ones), not a position or a point on the simplex.
+  are the deterministic soft ones), not a position or a point on the simplex;
+- ``tree``: the site is a dependency tree over the source positions (heads ``[..., S]``, a
+  :class:`~ppl_attention.trees.DependencyTree`), one per sentence, and the attention reads each
+  source word with its parent and children in the tree; its scores are arc scores
+  ``[..., S, S]`` and the query's word scores come as ``attention=``.
 
 Tools and models read these attributes (``family.enumerable`` …); nothing checks a family's
 name.
@@ -24,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import UserError
-from .checks import check_choice, check_int, check_positive
+from .checks import check_bool, check_choice, check_int, check_positive
 
 
 def _positive(name):
@@ -33,6 +37,10 @@ def _positive(name):
 
 def _int(name, minimum):
     return lambda v: check_int(name, v, minimum)
+
+
+def _bool(name):
+    return lambda v: check_bool(name, v)
 
 
 def _choice(name, choices):
@@ -50,6 +58,7 @@ class FamilySpec:
     normalizes: bool = False
     markov: bool = False
     latent_context: bool = False
+    tree: bool = False
     params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
 
     def validate(self, **kwargs) -> dict:
@@ -66,11 +75,13 @@ class FamilySpec:
     @property
     def traits(self) -> dict[str, bool]:
         return {k: getattr(self, k) for k in ("enumerable", "deterministic", "reparameterized",
-                                              "normalizes", "markov", "latent_context")}
+                                              "normalizes", "markov", "latent_context", "tree")}
 
 
 _BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
         "d_mid": (10, _int("d_mid", 1))}
+
+_TREE = {"projective": (True, _bool("projective")), "single_root": (True, _bool("single_root"))}
 
 FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
     FamilySpec("soft", deterministic=True),
@@ -92,6 +103,8 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
     FamilySpec("markov-categorical", enumerable=True, markov=True,
                params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
     FamilySpec("segment-crf", deterministic=True),
+    FamilySpec("tree", tree=True, params=_TREE),
+    FamilySpec("tree-marginals", tree=True, deterministic=True, params=_TREE),
 ]}
 
 

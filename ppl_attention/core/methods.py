@@ -16,7 +16,7 @@ from ..errors import UserError
 from .families import FamilySpec, family_spec
 
 OBJECTIVES = ("Trace_ELBO", "TraceEnum_ELBO", "TraceGraph_ELBO", "TraceMeanField_ELBO",
-              "ReweightedWakeSleep")
+              "ReweightedWakeSleep", "ScoreFunctionKL_ELBO")
 POSTERIORS = ("none", "prior", "inference")
 
 
@@ -67,7 +67,10 @@ class MethodSpec:
     @property
     def requires(self) -> tuple[str, ...]:
         """Capabilities the model needs beyond ``model`` and ``guide``."""
-        return ("soft-likelihood",) if self.baseline == "soft" else ()
+        need = ("soft-likelihood",) if self.baseline == "soft" else ()
+        if self.family_spec.tree and self.enumerate_model:
+            need += ("arc-emissions",)
+        return need
 
 
 METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
@@ -108,6 +111,16 @@ METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
     MethodSpec("segment-crf", "segmentation attention: binary linear-chain CRF marginals, maximum "
                "likelihood [Structured attention, Kim et al. 2017]",
                "segment-crf", "none", "Trace_ELBO"),
+    MethodSpec("tree-marginals", "syntactic attention: each word read with its parent and "
+               "children weighted by exact dependency-tree arc marginals (inside-outside), maximum "
+               "likelihood [Structured attention, Kim et al. 2017]",
+               "tree-marginals", "none", "Trace_ELBO"),
+    MethodSpec("tree-sample", "a latent dependency tree per sentence: ELBO by the score function "
+               "with the exact tree KL, q(tree | x, y), tree-marginals baseline",
+               "tree", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
+    MethodSpec("tree-exact", "exact log p(y | x) = log Z(prior + emission) - log Z(prior) of a "
+               "latent tree whose emission factors over arcs",
+               "tree", "none", "Trace_ELBO", enumerate_model=True),
 ]}
 
 

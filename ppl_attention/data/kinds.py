@@ -52,13 +52,16 @@ class Dataset:
 
 
 @functools.lru_cache(maxsize=2)
-def cached_task(task: str, task_seed: int = 0, n_train: int | None = None, stress: bool = False):
+def cached_task(task: str, task_seed: int = 0, n_train: int | None = None, stress: bool = False,
+                depth: int | None = None):
     """A built-in pairs task, made once per process (``compare`` trains many runs on it)."""
     if n_train is not None and n_train < 1:
         raise UserError(f"--n-train must be at least 1, got {n_train}")
     kwargs = {} if n_train is None else {"n_train": n_train}
     if stress:
         kwargs["stress"] = True
+    if depth is not None:
+        kwargs["depth"] = depth
     return make_task(task, seed=task_seed, **kwargs)
 
 
@@ -126,10 +129,12 @@ class PairsData(DataKind):
 
     name = "pairs"
     dims = ("src_vocab", "tgt_vocab")
-    tasks = ("copy", "reverse", "reorder", "durations", "g2p")
+    tasks = ("copy", "reverse", "reorder", "durations", "g2p", "trees")
     options = {"n_train": (None, "training pairs of a built-in task (default: the task's own; "
                            "valid and test sets do not depend on it)", int),
-               "stress": (False, "g2p: keep stress digits on vowels", bool)}
+               "stress": (False, "g2p: keep stress digits on vowels", bool),
+               "depth": (None, "trees: operators on the deepest path of each formula (1-8; "
+                         "default 4)", int)}
 
     def source(self, task=None, data_dir=None, task_seed: int = 0, **options) -> dict:
         src = super().source(task, data_dir, task_seed, **options)
@@ -137,6 +142,8 @@ class PairsData(DataKind):
             raise UserError("--n-train sets the size of a built-in --task, not of a --data-dir")
         if src.get("stress") and src.get("task") != "g2p":
             raise UserError("--stress applies to --task g2p only")
+        if src.get("depth") is not None and src.get("task") != "trees":
+            raise UserError("--depth applies to --task trees only")
         return {k: v for k, v in src.items() if v is not None and v is not False}
 
     def splits(self, source: dict) -> tuple:
@@ -144,7 +151,7 @@ class PairsData(DataKind):
             d = Path(source["data_dir"])
             return tuple(load_split(d, s, s != "valid") for s in ("train", "valid", "test"))
         task = cached_task(source["task"], source.get("task_seed", 0), source.get("n_train"),
-                           source.get("stress", False))
+                           source.get("stress", False), source.get("depth"))
         return task.train, task.valid, task.test
 
     def load(self, source: dict) -> Dataset:

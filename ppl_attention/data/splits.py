@@ -16,6 +16,8 @@ class Split:
     pairs: list[Pair]
     gold: list[Links]
     log_likelihood: list[float] | None = None  # exact log p(y | x) per pair, where known
+    trees: list[list[int]] | None = None  # gold dependency tree of each source (heads), if any
+    decode_metrics: bool = False  # score greedy decoding (prefix and sequence accuracy)
 
 
 @dataclass

@@ -15,6 +15,7 @@ import math
 import random
 
 from ..errors import UserError
+from .formulas import trees_task
 from .splits import Split, Task
 
 __all__ = ["Split", "Task", "TASKS", "make_task", "reorder_task"]
@@ -149,6 +150,8 @@ TASKS = {
     "reorder": reorder_task,
     "durations": durations_task,
     "g2p": lambda n_train=None, n_eval=None, seed=0, stress=False: _g2p(stress, n_train, seed),
+    "trees": lambda n_train=10_000, n_eval=500, seed=0, depth=4: trees_task(n_train, n_eval,
+                                                                             seed, depth),
 }
 
 

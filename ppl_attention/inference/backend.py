@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from ..contract import declared
 from ..errors import UserError
-from .evaluate import alignment_links, elbo_per_token, nll_per_token
+from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
 from .fit import fit
 
-__all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links"]
+__all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
+           "map_trees_by_index"]
 
 NAME = "pyro"
 

@@ -15,7 +15,7 @@ from ..errors import MissingCapability, UserError
 from ..models.base import declared, require
 from ..models.device import model_device
 
-__all__ = ["beam_search", "check_ensemble", "decode_tokens"]
+__all__ = ["beam_search", "check_ensemble", "decode_tokens", "prefix_accuracy"]
 
 
 class _Stepper:
@@ -112,6 +112,28 @@ def beam_search(run, source: list[str], beam: int = 1, max_len: int | None = Non
 
 def decode_tokens(run, sources: list[list[str]], beam: int = 1) -> list[list[str]]:
     return [beam_search(run, s, beam)[0] for s in sources]
+
+
+def prefix_accuracy(run, pairs: list, progress: bool = False) -> dict:
+    """Greedy decoding of each pair's source scored against its target: ``prefix_accuracy``,
+    the share of target tokens right before the first error (Kim et al. 2017's "percentage of
+    output tokens correct before the first error", pooled over tokens), ``sequence_accuracy``
+    (the share of exact matches) and ``n_decoded``."""
+    from tqdm.auto import tqdm
+
+    correct = total = exact = 0
+    for src, tgt in tqdm(pairs, disable=not progress, desc="decode", leave=False):
+        hyp, _ = beam_search(run, list(src), 1, max_len=2 * len(tgt) + 10)
+        n = 0
+        for a, b in zip(hyp, tgt):
+            if a != b:
+                break
+            n += 1
+        correct += n
+        total += len(tgt)
+        exact += list(hyp) == list(tgt)
+    return {"prefix_accuracy": correct / max(1, total),
+            "sequence_accuracy": exact / max(1, len(pairs)), "n_decoded": len(pairs)}
 
 
 def word_error_rates(run, references: dict[str, list[list[str]]], beam: int = 1,

@@ -28,7 +28,7 @@ from ..models.device import model_device
 from .methods import get_method
 from .run import Run
 
-__all__ = ["evaluate", "nll_per_token", "elbo_per_token", "map_alignments", "alignment_links",
+__all__ = ["evaluate", "map_trees", "map_trees_by_index", "tree_scores", "nll_per_token", "elbo_per_token", "map_alignments", "alignment_links",
            "log_importance_weights", "iwae_log_likelihood", "token_log_likelihood",
            "guide_posterior", "monotonic_share"]
 
@@ -163,7 +163,7 @@ def map_alignments(run: Run, batch) -> torch.Tensor:
     if "exact-posterior" in capabilities(model):
         return exact_posterior(model, batch).argmax(-1)
     site = declared(model, "site")
-    if model.family.deterministic:
+    if model.family.deterministic or model.family.tree:  # a tree: the query's word attention
         with recording() as calls, poutine.block():
             model.model(batch)
         return _site_call(calls, site).weights.argmax(-1)
@@ -171,6 +171,36 @@ def map_alignments(run: Run, batch) -> torch.Tensor:
         model.guide(batch, posterior=guide_posterior(run))
     call = _site_call(calls, site)
     return call.scores.masked_fill(~call.mask, -torch.inf).argmax(-1)
+
+
+def tree_scores(run: Run, batch):
+    """The arc scores of the model's (prior) tree of each source, ``[B, S, S]``, and the source
+    lengths ``[B]``, for a model whose family is a tree family — recorded from its ``attend``
+    call; one tree per query is pooled into the tree they all agree on, the product of the
+    per-query distributions (arc scores summed over queries)."""
+    model = run.model
+    batch = batch.to(model_device(model))
+    if not getattr(model.family, "tree", False):
+        raise UserError(f"trees: {type(model).__name__} attends with the {model.family.name!r} "
+                        f"family, not through a dependency tree")
+    with recording() as calls, poutine.block():
+        model.model(batch)
+    call = _site_call(calls, declared(model, "site"))
+    scores = call.scores
+    return scores.reshape(batch.size, -1, *scores.shape[-2:]).sum(1), batch.src_mask.sum(-1)
+
+
+@torch.no_grad()
+def map_trees(run: Run, batch) -> list[list[int]]:
+    """The MAP tree of each source under the model's prior (:func:`tree_scores`): heads of
+    the real words, one list per pair."""
+    from ..trees import DependencyTree
+
+    scores, lengths = tree_scores(run, batch)
+    fam = run.model.family
+    heads = DependencyTree(scores, lengths, projective=fam.projective,
+                           single_root=fam.single_root).argmax()
+    return [heads[r, :int(L)].tolist() for r, L in enumerate(lengths)]
 
 
 def alignment_links(run: Run, batches: list, map_fn=None) -> dict[int, set[tuple[int, int]]]:
@@ -190,8 +220,8 @@ def alignment_links(run: Run, batches: list, map_fn=None) -> dict[int, set[tuple
 def evaluate(run: Run, batches: list, gold: list | None = None,
              log_likelihood: list[float] | None = None, iwae_k: int = 10,
              with_elbo: bool = True, backend: str = "pyro",
-             references: dict | None = None, beam: int = 1, ensemble: list | None = None
-             ) -> dict:
+             references: dict | None = None, beam: int = 1, ensemble: list | None = None,
+             gold_trees: list | None = None, decode_pairs: list | None = None) -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold, for models with the ``alignment`` capability),
     ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
@@ -201,7 +231,10 @@ def evaluate(run: Run, batches: list, gold: list | None = None,
     whichever backend trained it. ``references`` (word → pronunciations, G2P) adds
     ``wer``/``per`` of beam-``beam`` decoding for models with the ``predictive`` capability;
     ``ensemble`` (more runs on the same data) decodes with ``run`` and them together — the other
-    numbers stay ``run``'s."""
+    numbers stay ``run``'s. ``gold_trees`` (the gold heads of each source, corpus order) adds
+    ``uas`` of the MAP trees for a tree family; ``decode_pairs`` (source, target) adds
+    ``prefix_accuracy`` — the share of target tokens greedy decoding gets right before its
+    first error — and ``sequence_accuracy`` (exact match), for models with ``predictive``."""
     ops = get_backend(backend)
     ops.check_run(run)
     pyro.clear_param_store()
@@ -228,6 +261,16 @@ def evaluate(run: Run, batches: list, gold: list | None = None,
         links = ops.alignment_links(run, batches)
         idx = sorted(links)
         report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
+    if gold_trees is not None and getattr(run.model.family, "tree", False):
+        from ..core.trees import attachment_score
+
+        trees = ops.map_trees_by_index(run, batches)
+        idx = sorted(trees)
+        report["uas"] = attachment_score([trees[i] for i in idx], [gold_trees[i] for i in idx])
+    if decode_pairs is not None and "predictive" in caps:
+        from .decode import prefix_accuracy
+
+        report.update(prefix_accuracy(run, decode_pairs, progress=True))
     if log_likelihood is not None:
         report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
     if references and "predictive" in caps:
@@ -238,6 +281,17 @@ def evaluate(run: Run, batches: list, gold: list | None = None,
         if "alignment" in caps:
             report["monotonic_share"] = monotonic_share(ops.alignment_links(run, batches))
     return report
+
+
+def map_trees_by_index(run: Run, batches: list, map_fn=None) -> dict[int, list[int]]:
+    """Corpus index → the MAP heads of its source (:func:`map_trees`, or the NumPyro side's
+    ``map_fn``)."""
+    map_fn = map_fn or map_trees
+    out = {}
+    for b in batches:
+        for idx, heads in zip(b.index.tolist(), map_fn(run, b)):
+            out[idx] = heads
+    return out
 
 
 def monotonic_share(links: dict[int, set[tuple[int, int]]]) -> float:

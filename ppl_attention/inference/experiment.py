@@ -170,7 +170,8 @@ def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int 
     out = evaluate(run, batches, gold=getattr(split, "gold", None),
                    log_likelihood=getattr(split, "log_likelihood", None), iwae_k=iwae_k or 10,
                    backend=backend, references=getattr(split, "references", None), beam=beam,
-                   ensemble=ensemble)
+                   ensemble=ensemble, gold_trees=getattr(split, "trees", None),
+                   decode_pairs=split.pairs if getattr(split, "decode_metrics", False) else None)
     if callable(extra):
         out.update(extra(batches, **({"iwae_k": iwae_k} if iwae_k else {})))
     return out

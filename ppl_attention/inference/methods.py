@@ -25,6 +25,7 @@ from pyro.infer import (
 from ..core.methods import METHOD_SPECS, MethodSpec, method_spec
 from ..core.schedules import kl_annealing
 from ..families import Family, make_family
+from .elbo import ScoreFunctionKL_ELBO
 
 __all__ = ["Method", "METHODS", "get_method", "programs", "differentiable_loss", "loss_and_grads",
            "PLATES"]
@@ -33,7 +34,7 @@ PLATES = 2  # batch and target: the plate nesting of a pairs model (a model may 
 
 _ELBOS = {"Trace_ELBO": Trace_ELBO, "TraceEnum_ELBO": TraceEnum_ELBO,
           "TraceGraph_ELBO": TraceGraph_ELBO, "TraceMeanField_ELBO": TraceMeanField_ELBO,
-          "ReweightedWakeSleep": ReweightedWakeSleep}
+          "ReweightedWakeSleep": ReweightedWakeSleep, "ScoreFunctionKL_ELBO": ScoreFunctionKL_ELBO}
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ def differentiable_loss(method: Method, elbo, model, batch, step: int, kl: float
         if isinstance(elbo, ReweightedWakeSleep):
             wake_theta, phi = elbo._loss(p, q, (batch,), {})
             return float(wake_theta.detach()), wake_theta + phi
+        if isinstance(elbo, ScoreFunctionKL_ELBO):
+            return elbo.loss_and_surrogate(p, q, batch)
         if isinstance(elbo, TraceGraph_ELBO):
             value, surrogate = elbo._loss_and_surrogate_loss(p, q, (batch,), {})
             return -float(torch.as_tensor(value).detach()), surrogate

@@ -36,7 +36,7 @@ from ..attend import attend
 from ..distributions import categorical_draws
 from ..errors import MissingCapability, UserError
 from ..families import FAMILIES, Family, GaussianContext, make_family, masked_softmax
-from ..scores import SCORES, BilinearScore, make_score
+from ..scores import SCORES, BiaffineArcScore, BilinearScore, make_score
 from .base import AlignmentModel
 from .rnn import run_packed
 
@@ -86,7 +86,7 @@ class Seq2SeqAlignment(AlignmentModel):
         self.decoder = nn.LSTMCell(embed + hidden, hidden)
         self.score = make_score(score, hidden, hidden)
         self.W_ch = nn.Linear(hidden, hidden)
-        self.W_cv = nn.Linear(hidden, hidden, bias=False)
+        self.W_cv = nn.Linear(self.family.context_size(hidden), hidden, bias=False)
         self.W_o = nn.Linear(hidden, tgt_vocab)
         self.dropout = nn.Dropout(dropout)
         # inference network q(z | x, y)
@@ -94,6 +94,10 @@ class Seq2SeqAlignment(AlignmentModel):
         self.q_encoder = nn.LSTM(embed, hidden // 2, batch_first=True, bidirectional=True)
         self.q_score = BilinearScore(hidden, hidden)
         self.q_scale = nn.Linear(hidden, hidden)
+        if self.family.tree:  # arc scores of the source's tree: the prior's and q's
+            self.arc_score = BiaffineArcScore(hidden)
+            self.q_arc_score = BiaffineArcScore(hidden)
+            self.q_tree = nn.Linear(hidden, hidden)
 
     # --- deterministic network ------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -135,6 +139,33 @@ class Seq2SeqAlignment(AlignmentModel):
         ctx = (self.family.deterministic_weights(e, src_mask).unsqueeze(1) @ H).squeeze(1)
         return (h, c, ctx), e
 
+    # --- the tree families -------------------------------------------------------------------
+    def tree_words(self, H: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """Each source word with its parent and children weighted by the prior tree's exact arc
+        marginals, ``[B, 1, S, 3h]`` (what the query attends over in the mean context)."""
+        tree = self.family.tree_distribution(self.arc_score(H).unsqueeze(1), src_mask)
+        S = H.shape[1]
+        eye = torch.eye(S, dtype=torch.bool, device=H.device)
+        mu = tree.marginals.masked_fill(eye, 0.0)
+        Hx = H.unsqueeze(1)
+        return torch.cat([Hx, mu.transpose(-1, -2) @ Hx, mu @ Hx], -1)
+
+    def mean_context(self, H, src_mask, e) -> torch.Tensor:
+        """The context of the mean alignment ``[B, T, d]``: the soft context Σ_j softmax(e)_j H_j
+        (d = h), or for a tree family E_z[c_t(z)] of the prior tree (d = 3h)."""
+        w = masked_softmax(e, src_mask.unsqueeze(1))
+        if self.family.tree:
+            return (w.unsqueeze(-2) @ self.tree_words(H, src_mask)).squeeze(-2)
+        return self.family.deterministic_weights(e, src_mask.unsqueeze(1)) @ H
+
+    def inference_tree_scores(self, batch, H: torch.Tensor) -> torch.Tensor:
+        """q's arc scores ``[B, S, S]``: each source word reads the target (a BiLSTM over it,
+        attended with the bilinear q-score) before the biaffine arc scorer."""
+        G = run_packed(self.q_encoder, self.q_emb(batch.tgt_out), batch.tgt_mask)  # [B, T, h]
+        a = self.q_score(H, G).masked_fill(~batch.tgt_mask.unsqueeze(1), -torch.inf)
+        read = a.softmax(-1) @ G  # [B, S, h]
+        return self.q_arc_score(H + torch.tanh(self.q_tree(read)))
+
     def markov_predictive(self, H, src_mask, state, e, log_filter=None):
         """For :class:`~ppl_attention.families.MarkovCategorical`: log p(y_t = · | x, y<t)
         ``[B, V]`` and the joint log p(z_t = j, y_t = v | x, y<t) ``[B, S, V]``, from the filter
@@ -149,11 +180,15 @@ class Seq2SeqAlignment(AlignmentModel):
         joint = pred.unsqueeze(-1) + logits.log_softmax(-1)
         return joint.logsumexp(1), joint
 
-    def predictive_log_probs(self, H, src_mask, state, e) -> torch.Tensor:
+    def predictive_log_probs(self, H, src_mask, state, e, words=None) -> torch.Tensor:
         """log p(y_t = · | x, y<t) ``[B, V]``: for a categorical alignment the exact predictive
         log Σ_j p(z_t = j | ·) p(y_t | h_t, H_j); for every other family the soft-attention
-        output with the prior's mean context."""
+        output with the prior's mean context (a tree family: over ``words``, the
+        :meth:`tree_words` of the source)."""
         h, _, ctx = state
+        if self.family.tree:
+            w = masked_softmax(e, src_mask)
+            ctx = (w.unsqueeze(1) @ words[:, 0]).squeeze(1)
         if self.markov:
             raise UserError("the Markov family's predictive needs the filter: use "
                              "markov_predictive")
@@ -260,8 +295,10 @@ class Seq2SeqAlignment(AlignmentModel):
         """The decoding state of one source ``src [1, S]``: its encoder states, their projected
         keys, the decoder state and (Markov family) the forward filter, for one hypothesis."""
         H = self.encode(src, src_mask)
+        words = self.tree_words(H, src_mask) if self.family.tree else None
         return {"H": H, "mask": src_mask, "keys": self.score.project_keys(H),
-                "state": self.initial_state(H), "log_filter": None, "joint": None}
+                "state": self.initial_state(H), "log_filter": None, "joint": None,
+                "words": words}
 
     def decoding_step(self, st: dict, prev: torch.Tensor):
         """log p(y_t = · | x, y<t) ``[k, V]`` for the k live hypotheses whose last tokens are
@@ -275,7 +312,8 @@ class Seq2SeqAlignment(AlignmentModel):
         if self.markov:
             logp, st["joint"] = self.markov_predictive(H, mask, state, e, st["log_filter"])
             return logp, st
-        return self.predictive_log_probs(H, mask, state, e), st
+        words = None if st["words"] is None else st["words"].expand(k, *st["words"].shape[1:])
+        return self.predictive_log_probs(H, mask, state, e, words), st
 
     def keep_hypotheses(self, st: dict, rows: torch.Tensor, tokens: torch.Tensor) -> dict:
         """Hypothesis ``rows[i]`` continued by ``tokens[i]`` becomes live hypothesis i."""
@@ -296,6 +334,9 @@ class Seq2SeqAlignment(AlignmentModel):
         if self.markov:
             raise MissingCapability("simulating the Markov family's chain is not written: its "
                                     "draws would need the filter of every step")
+        if self.family.tree:
+            raise MissingCapability("simulating targets of a tree family is not written (its "
+                                    "tree is shared by every target step)")
         H = self.encode(batch.src, batch.src_mask)
         keys = self.score.project_keys(H)
         state = self.initial_state(H)
@@ -325,7 +366,9 @@ class Seq2SeqAlignment(AlignmentModel):
     def soft_token_log_likelihood(self, batch) -> torch.Tensor:
         """log p(y_t | h_t, c̄_t) of the deterministic soft-attention model, ``[B, T]``."""
         H = self.encode(batch.src, batch.src_mask)
-        h, _, c = self.decode(H, batch.src_mask, batch.tgt_in)
+        h, e, c = self.decode(H, batch.src_mask, batch.tgt_in)
+        if self.family.tree:
+            c = self.mean_context(H, batch.src_mask, e)
         return self.emission_log_prob(h, c, batch.tgt_out).masked_fill(~batch.tgt_mask, 0.0)
 
     def inference_scores(self, batch, H: torch.Tensor) -> torch.Tensor:
@@ -381,6 +424,14 @@ class Seq2SeqAlignment(AlignmentModel):
             return
         plate_b, plate_t = self._plates(batch)
         scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
+        if self.family.tree:  # one tree per source, outside the target plate
+            with plate_b, scale:
+                v, _ = attend(SITE, self.arc_score(H).unsqueeze(1), H, self.family,
+                              mask=batch.src_mask, attention=e)
+            with plate_b, plate_t:
+                lp = self.emission_log_prob(h, v, batch.tgt_out)
+                pyro.factor("y", lp.masked_fill(~batch.tgt_mask, 0.0))
+            return
         with plate_b, plate_t:
             with scale:
                 # An enumerated site stays unmasked: at a padded target Σ_z p(z)·1 = 1 adds 0,
@@ -400,6 +451,8 @@ class Seq2SeqAlignment(AlignmentModel):
             return
         pyro.module("seq2seq", self)
         H = self.encode(batch.src, batch.src_mask)
+        if self.family.tree:
+            return self._tree_guide(batch, H, posterior, kl_scale, baseline)
         if posterior == "prior":
             _, scores, _ = self.decode(H, batch.src_mask, batch.tgt_in)
         elif posterior == "inference":
@@ -420,3 +473,18 @@ class Seq2SeqAlignment(AlignmentModel):
         with plate_b, plate_t, scale:
             attend(SITE, scores, H, self.family, mask=batch.src_mask, keys=H, guide=True,
                    target_mask=batch.tgt_mask, scale=scale_arg, infer=infer or None)
+
+    def _tree_guide(self, batch, H, posterior, kl_scale, baseline):
+        """q(tree | x, y): the prior's arcs (``posterior="prior"``) or the inference network's
+        (:meth:`inference_tree_scores`), one tree per source."""
+        if posterior == "prior":
+            arcs = self.arc_score(H)
+        elif posterior == "inference":
+            arcs = self.inference_tree_scores(batch, H)
+        else:
+            raise UserError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
+        infer = {"baseline": {"baseline_value": baseline}} if baseline is not None else None
+        scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
+        with self._plates(batch)[0], scale:
+            attend(SITE, arcs.unsqueeze(1), H, self.family, mask=batch.src_mask, guide=True,
+                   infer=infer)

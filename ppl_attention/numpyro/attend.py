@@ -65,7 +65,7 @@ def _check_inputs(scores, values) -> None:
 
 def attend(name: str, scores, values, family: Family | str | None = None, mask=None, *,
            guide: bool = False, keys=None, target_mask=None, scale=None, infer: dict | None = None,
-           params=None):
+           params=None, attention=None):
     """Attend with a latent alignment written as the NumPyro sample site ``name``.
 
     Arguments as :func:`ppl_attention.attend`, plus ``params``: the family's parameters (the
@@ -81,6 +81,13 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
     if not isinstance(name, str) or not name:
         raise UserError(f"name must be a non-empty string, got {name!r}")
     scores, values = jnp.asarray(scores), jnp.asarray(values)
+    if family.tree:
+        return _attend_tree(name, scores, values, family, mask, guide=guide, keys=keys,
+                            target_mask=target_mask, scale=scale, infer=infer, params=params,
+                            attention=attention)
+    if attention is not None:
+        raise UserError(f"attention= is for the tree families (their scores are arc scores); "
+                        f"the {family.name!r} family takes its scores as scores")
     _check_inputs(scores, values)
     mask = broadcast_source_mask(mask, scores)
     if keys is None:
@@ -116,3 +123,44 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
     if getattr(family, "normalizes", False):  # BAM: attention = S / Σ S, 0 where masked
         return weights @ values, weights
     return family.context(value, values), weights
+
+
+def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask, scale, infer,
+                 params, attention):
+    """``attend`` for the tree families (:func:`ppl_attention.attend`'s tree path)."""
+    for arg, given in (("target_mask", target_mask), ("scale", scale), ("keys", keys),
+                       ("params", params)):
+        if given is not None:
+            raise UserError(f"{arg}= does not apply to the {family.name!r} family (its site is a "
+                            f"tree per sentence or per query)")
+    if scores.ndim < 3 or scores.shape[-1] != scores.shape[-2]:
+        raise UserError(f"the {family.name!r} family takes arc scores [..., T or 1, S, S], got "
+                        f"scores {list(scores.shape)}")
+    S = scores.shape[-1]
+    if values.ndim < 2 or values.shape[-2] != S:
+        raise UserError(f"values {list(values.shape)} and arc scores {list(scores.shape)} "
+                        f"disagree on the source length S={S}")
+    mask = jnp.ones(values.shape[:-1], bool) if mask is None else jnp.asarray(mask).astype(bool)
+    if mask.shape[-1] != S:
+        raise UserError(f"mask {list(mask.shape)} does not end in the source length S={S}")
+    weights = None
+    if attention is not None:
+        attention = jnp.asarray(attention)
+        if attention.ndim != scores.ndim - 1 or attention.shape[-1] != S:
+            raise UserError(f"attention {list(attention.shape)} must be the query's word scores "
+                            f"[..., T, S] beside arc scores {list(scores.shape)}")
+        _check_inputs(attention, values)
+        weights = family.deterministic_weights(attention, broadcast_source_mask(mask, attention))
+    elif not guide:
+        raise UserError(f"the {family.name!r} family needs attention= (the query's word scores "
+                        f"[..., T, S]) in a model")
+    tree = family.tree_distribution(scores, mask)
+    if family.deterministic:
+        value, arcs = None, tree.marginals
+    else:
+        value = numpyro.sample(name, tree, infer=dict(infer) if infer else {})
+        arcs = family.arcs(value, scores.dtype)
+    record(name, guide, scores, mask, weights, value, family)
+    if weights is None:
+        return None, None
+    return family.tree_context(arcs, values, weights), weights

@@ -22,9 +22,11 @@ from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
 from .structured import FLOOR, MonotonicAlignment
+from .trees import DependencyTree, heads_to_arcs
 
 __all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
-           "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "FAMILIES",
+           "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "Tree",
+           "TreeMarginals", "FAMILIES",
            "make_family", "masked_softmax"]
 
 
@@ -58,6 +60,7 @@ class Family:
     normalizes: bool = False
     markov: bool = False
     latent_context: bool = False
+    tree: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -95,6 +98,9 @@ class Family:
 
     def context(self, value, values):
         return value @ values
+
+    def context_size(self, value_dim: int) -> int:
+        return value_dim
 
     def _config(self) -> dict:
         return dict(getattr(self, "_cfg", {}))
@@ -460,8 +466,74 @@ class SegmentCRF(Family):
         return None
 
 
+def source_lengths(mask):
+    """Real source positions of a padding ``mask [..., S]`` (a prefix; checked when concrete)."""
+    lengths = mask.sum(-1)
+    if not isinstance(mask, jax.core.Tracer):
+        prefix = jnp.arange(mask.shape[-1]) < lengths[..., None]
+        if not bool(jnp.array_equal(prefix, mask.astype(bool))):
+            raise UserError("a tree family needs the source mask to be a prefix of each row "
+                            "(padding at the end)")
+    return lengths
+
+
+class _TreeAttention(Family):
+    """As :class:`ppl_attention.families._TreeAttention`: a dependency tree over the source,
+    c_t = Σ_m α_tm [v_m ; Σ_h z_hm v_h ; Σ_c z_mc v_c] (``[..., T, 3·dv]``)."""
+
+    def __init__(self, projective: bool = True, single_root: bool = True):
+        cfg = self._configure(projective=projective, single_root=single_root)
+        self.projective, self.single_root = cfg["projective"], cfg["single_root"]
+
+    def context_size(self, value_dim: int) -> int:
+        return 3 * value_dim
+
+    def tree_distribution(self, scores, mask) -> DependencyTree:
+        lengths = source_lengths(mask)
+        lengths = lengths.reshape(lengths.shape + (1,) * (scores.ndim - 2 - lengths.ndim))
+        return DependencyTree(scores, lengths, projective=self.projective,
+                              single_root=self.single_root)
+
+    def prior(self, scores, mask, keys=None, values=None, params=None):
+        return self.tree_distribution(scores, mask)
+
+    def posterior(self, scores, mask, values=None, scale=None):
+        return self.tree_distribution(scores, mask)
+
+    def arcs(self, value, dtype):
+        return heads_to_arcs(value, dtype)
+
+    def tree_context(self, arcs, values, attention_weights):
+        S = arcs.shape[-1]
+        off = jnp.where(jnp.eye(S, dtype=bool), 0.0, arcs)
+        v = values[..., None, :, :] if values.ndim < arcs.ndim else values
+        v = jnp.broadcast_to(v, off.shape[:-2] + v.shape[-2:])
+        words = jnp.concatenate([v, jnp.swapaxes(off, -1, -2) @ v, off @ v], -1)
+        return (attention_weights[..., None, :] @ words)[..., 0, :]
+
+
+class Tree(_TreeAttention):
+    """A latent dependency tree (:class:`ppl_attention.families.Tree`)."""
+
+    spec = FAMILY_SPECS["tree"]
+
+
+class TreeMarginals(_TreeAttention):
+    """Structured attention from exact arc marginals (:class:`ppl_attention.families.
+    TreeMarginals`)."""
+
+    spec = FAMILY_SPECS["tree-marginals"]
+
+    def prior(self, scores, mask, keys=None, values=None, params=None):
+        return None
+
+    def posterior(self, scores, mask, values=None, scale=None):
+        return None
+
+
 FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull,
-                                      LogNormal, GaussianContext, MarkovCategorical, SegmentCRF)}
+                                      LogNormal, GaussianContext, MarkovCategorical, SegmentCRF,
+                                      Tree, TreeMarginals)}
 
 
 def make_family(family=None, *, key_dim: int | None = None, **options) -> Family:

@@ -18,7 +18,7 @@ from ..errors import UserError
 from .nn import Params, init_linear, linear
 
 __all__ = ["AdditiveScore", "BilinearScore", "DotScore", "ScaledDotScore", "MultiHeadScore",
-           "SCORES", "make_score"]
+           "BiaffineArcScore", "SCORES", "make_score"]
 
 
 def _check_qk(queries, keys, dq, dk) -> None:
@@ -140,6 +140,44 @@ class MultiHeadScore:
     def from_projected(self, params: Params, queries, projected):
         q = self._split(linear(params, "Wq", queries))
         return q @ jnp.swapaxes(projected, -1, -2) / math.sqrt(self.head_dim)
+
+
+class BiaffineArcScore:
+    """Arc log-potentials of a dependency tree (:class:`ppl_attention.scores.BiaffineArcScore`):
+    θ_hm = a_hᵀ U d_m + uᵀ a_h, θ_mm = rᵀ d_m; with queries, head and root tilts per query.
+    Params ``head.*``, ``dep.*``, ``U``, ``u``, ``root`` (``Wq.weight``, ``Wr.weight``)."""
+
+    def __init__(self, key_dim: int, hidden: int | None = None, query_dim: int | None = None):
+        self.key_dim, self.query_dim = key_dim, query_dim
+        self.hidden = hidden or key_dim
+
+    def init(self, key) -> Params:
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        h = self.hidden
+        p = {**init_linear(k1, "head", self.key_dim, h), **init_linear(k2, "dep", self.key_dim, h),
+             "U": jnp.zeros((h, h)), "u": jnp.zeros((h,)), "root": jnp.zeros((h,))}
+        if self.query_dim is not None:
+            p.update({**init_linear(k3, "Wq", self.query_dim, h, bias=False),
+                      **init_linear(k4, "Wr", self.query_dim, h, bias=False)})
+        return p
+
+    def __call__(self, params: Params, keys, queries=None):
+        _check_qk(keys, keys, self.key_dim, self.key_dim)
+        a = jax.nn.relu(linear(params, "head", keys))
+        d = jax.nn.relu(linear(params, "dep", keys))
+        arcs = (a @ params["U"]) @ jnp.swapaxes(d, -1, -2) + (a @ params["u"])[..., :, None]
+        root = d @ params["root"]
+        S = keys.shape[-2]
+        eye = jnp.eye(S, dtype=bool)
+        if queries is None:
+            return jnp.where(eye, root[..., None, :], arcs)
+        if self.query_dim is None:
+            raise UserError("BiaffineArcScore was built without query_dim; queries do not apply")
+        _check_qk(queries, keys, self.query_dim, self.key_dim)
+        head_tilt = linear(params, "Wq", queries) @ jnp.swapaxes(a, -1, -2)  # [..., T, S(h)]
+        root_tilt = linear(params, "Wr", queries) @ jnp.swapaxes(d, -1, -2)  # [..., T, S(m)]
+        arcs = arcs[..., None, :, :] + head_tilt[..., :, :, None]
+        return jnp.where(eye, (root[..., None, :] + root_tilt)[..., :, None, :], arcs)
 
 
 SCORES = {"additive": AdditiveScore, "bilinear": BilinearScore, "dot": DotScore,

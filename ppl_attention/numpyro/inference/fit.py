@@ -45,7 +45,12 @@ from ..models.base import (
 )
 from .cache import CACHE_ENV, PersistentStep, enable_compilation_cache
 from .evaluate import MULTIPLE, nll_per_token
-from .methods import enumerated_guide_loss, get_method, score_function_loss
+from .methods import (
+    enumerated_guide_loss,
+    get_method,
+    score_function_kl_loss,
+    score_function_loss,
+)
 from .twins import parameter_pairs, state_dict_from_params, twin_of
 
 __all__ = ["fit", "make_loss", "make_step", "optimizer", "data_parallel",
@@ -91,6 +96,13 @@ def make_loss(model, method: str, site: str | None = None, draws=None):
             if m.baseline == "soft":
                 base = jax.lax.stop_gradient(soft_token_log_likelihood(model, params, batch))
             return score_function_loss(key, params, *programs(1.0, kw), batch, base, site)
+    elif m.loss_kind == "score-function-kl":
+        def loss(params, key, batch, kl=1.0, kw=None):
+            base = 0.0
+            if m.baseline == "soft":
+                base = jax.lax.stop_gradient(soft_token_log_likelihood(model, params, batch))
+            return score_function_kl_loss(key, params, *programs(kl if annealed else 1.0, kw),
+                                          batch, base, site)
     elif m.loss_kind == "exact-marginal":
         def loss(params, key, batch, kl=1.0, kw=None):
             v = -exact_token_log_likelihood(model, params, batch).sum()

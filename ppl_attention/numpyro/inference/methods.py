@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 from numpyro import handlers
+from numpyro.distributions.kl import kl_divergence
 from numpyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 
 from ...core.methods import METHOD_SPECS, MethodSpec, method_spec
@@ -47,7 +48,8 @@ from ..families import Family, make_family
 PLATES = 2
 
 _ELBOS = {"TraceEnum_ELBO": TraceEnum_ELBO, "Trace_ELBO": Trace_ELBO,
-          "TraceMeanField_ELBO": TraceMeanField_ELBO, "TraceGraph_ELBO": None}
+          "TraceMeanField_ELBO": TraceMeanField_ELBO, "TraceGraph_ELBO": None,
+          "ScoreFunctionKL_ELBO": None}
 
 #: methods NumPyro cannot run, and why
 NOT_MIRRORED = {"ReweightedWakeSleep": "NumPyro has no reweighted wake-sleep"}
@@ -78,7 +80,8 @@ class Method:
 
     @property
     def loss_kind(self) -> str:
-        """``"score-function"``, ``"enumerated-guide"``, ``"exact-marginal"`` (an alignment
+        """``"score-function"``, ``"score-function-kl"`` (:func:`score_function_kl_loss`),
+        ``"enumerated-guide"``, ``"exact-marginal"`` (an alignment
         enumerated in the model: −log p(y | x) from the model's emission table, the number
         TraceEnum_ELBO computes, without its funsor contraction — and for the Markov family the
         only way NumPyro gets it right) or ``"elbo"`` (a NumPyro ELBO object)."""
@@ -86,6 +89,8 @@ class Method:
             return "exact-marginal"
         if self.spec.objective == "TraceGraph_ELBO":
             return "score-function"
+        if self.spec.objective == "ScoreFunctionKL_ELBO":
+            return "score-function-kl"
         if self.spec.enumerate_guide:
             return "enumerated-guide"
         return "elbo"
@@ -164,6 +169,37 @@ def score_function_loss(rng_key, params, model, guide, batch, baseline, site: st
     cost = jax.lax.stop_gradient(jnp.where(mask, elbo_t - baseline, 0.0))
     surrogate = jnp.where(mask, log_p + cost * log_q, 0.0).sum()
     return -surrogate, -jnp.where(mask, elbo_t, 0.0).sum()
+
+
+def _per_pair(x, B: int):
+    """Sum every dim of ``x`` but the batch (the first of ``[B, …]``, broadcast if 1): ``[B]``."""
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        return jnp.broadcast_to(x / B, (B,))
+    return jnp.broadcast_to(x.reshape(x.shape[0], -1).sum(-1), (B,))
+
+
+def score_function_kl_loss(rng_key, params, model, guide, batch, baseline, site: str = "align"):
+    """(surrogate loss, −ELBO) of Pyro's ``ScoreFunctionKL_ELBO``
+    (:mod:`ppl_attention.inference.elbo`, same maths): ELBO = log p(y | z) − KL(q ‖ p) with the
+    closed-form KL of the site ``site``; surrogate adds stop_grad(r_b − b_b)·log q(z_b) per pair,
+    r_b the pair's log p(y_b | z), b_b its baseline (per token ``[B, T]`` summed, or 0)."""
+    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
+                       ).get_trace(batch)
+    m = handlers.trace(handlers.seed(handlers.replay(handlers.substitute(model, data=params), g),
+                                     rng_key)).get_trace(batch)
+    B = batch.tgt_out.shape[0]
+    q, p = g[site], m[site]
+    kl = kl_divergence(q["fn"], p["fn"])
+    if p.get("scale") is not None:
+        kl = kl * p["scale"]
+    reward = sum(_per_pair(_site_terms(m, n), B) for n, s in m.items()
+                 if s["type"] == "sample" and n != site)
+    elbo = reward.sum() - kl.sum()
+    b = _per_pair(baseline, B) if jnp.ndim(baseline) else 0.0
+    log_q = _per_pair(q["fn"].log_prob(q["value"]), B)
+    surrogate = elbo + (jax.lax.stop_gradient(reward - b) * log_q).sum()
+    return -surrogate, -elbo
 
 
 def enumerated_guide_loss(rng_key, params, model, guide, batch, site: str = "align"):

@@ -35,7 +35,7 @@ from ..families import (
     masked_softmax,
 )
 from ..nn import Params, bilstm, from_torch, gates, init_linear, linear, lstm_update, sub
-from ..scores import BilinearScore, make_score
+from ..scores import BiaffineArcScore, BilinearScore, make_score
 from .base import AlignmentModel
 
 __all__ = ["Seq2SeqAlignment", "SITE"]
@@ -84,6 +84,7 @@ class Seq2SeqAlignment(AlignmentModel):
         self.hidden, self.embed, self.q_prior = hidden, embed, q_prior
         self.score = make_score(score, hidden, hidden)
         self.q_score = BilinearScore(hidden, hidden)
+        self.arc_score = BiaffineArcScore(hidden) if self.family.tree else None
         self.params: Params | None = None
 
     @classmethod
@@ -117,10 +118,16 @@ class Seq2SeqAlignment(AlignmentModel):
         p |= _init_lstm(next(ks), "decoder", e + h, h, ("",))
         p |= {f"score.{k}": v for k, v in self.score.init(next(ks)).items()}
         p |= {f"q_score.{k}": v for k, v in self.q_score.init(next(ks)).items()}
-        p |= init_linear(next(ks), "W_ch", h, h) | init_linear(next(ks), "W_cv", h, h, bias=False)
+        p |= init_linear(next(ks), "W_ch", h, h)
+        p |= init_linear(next(ks), "W_cv", self.family.context_size(h), h, bias=False)
         p |= init_linear(next(ks), "W_o", h, c["tgt_vocab"])
         p |= init_linear(next(ks), "q_scale", h, h)
         p |= {f"family.{k}": v for k, v in self.family.init(next(ks)).items()}
+        if self.family.tree:
+            k1, k2, k3 = jax.random.split(next(ks), 3)
+            p |= {f"arc_score.{k}": v for k, v in self.arc_score.init(k1).items()}
+            p |= {f"q_arc_score.{k}": v for k, v in self.arc_score.init(k2).items()}
+            p |= init_linear(k3, "q_tree", h, h)
         self.params = p
         return p
 
@@ -212,9 +219,39 @@ class Seq2SeqAlignment(AlignmentModel):
         log_prior, emis = self.prior_and_emissions(params, batch)
         return jax.nn.softmax(jnp.where(batch.src_mask[:, None], log_prior + emis, -jnp.inf), -1)
 
+    # --- the tree families (as on the torch side) --------------------------------------------
+    def tree_words(self, params: Params, H, src_mask):
+        """Each source word with its parent and children weighted by the prior tree's arc
+        marginals, ``[B, 1, S, 3h]``."""
+        arcs = self.arc_score(sub(params, "arc_score"), H)[:, None]
+        mu = self.family.tree_distribution(arcs, src_mask).marginals
+        S = H.shape[1]
+        mu = jnp.where(jnp.eye(S, dtype=bool), 0.0, mu)
+        Hx = H[:, None]
+        return jnp.concatenate([Hx, jnp.swapaxes(mu, -1, -2) @ Hx, mu @ Hx], -1)
+
+    def mean_context(self, params: Params, H, src_mask, e):
+        """The context of the mean alignment ``[B, T, d]`` (torch side: ``mean_context``)."""
+        w = masked_softmax(e, src_mask[:, None])
+        if self.family.tree:
+            return (w[..., None, :] @ self.tree_words(params, H, src_mask))[..., 0, :]
+        return self.family.deterministic_weights(e, src_mask[:, None],
+                                                 sub(params, "family")) @ H
+
+    def inference_tree_scores(self, params: Params, batch, H):
+        """q's arc scores ``[B, S, S]`` (torch side: ``inference_tree_scores``)."""
+        G = bilstm(params, "q_encoder", _embed(params, "q_emb", batch.tgt_out), batch.tgt_mask)
+        a = jnp.where(batch.tgt_mask[:, None], self.q_score(sub(params, "q_score"), H, G),
+                      -jnp.inf)
+        read = jax.nn.softmax(a, -1) @ G
+        return self.arc_score(sub(params, "q_arc_score"),
+                              H + jnp.tanh(linear(params, "q_tree", read)))
+
     def soft_token_log_likelihood_of(self, params: Params, batch):
         H = self.encode(params, batch.src, batch.src_mask)
-        h, _, c = self.decode(params, H, batch.src_mask, batch.tgt_in)
+        h, e, c = self.decode(params, H, batch.src_mask, batch.tgt_in)
+        if self.family.tree:
+            c = self.mean_context(params, H, batch.src_mask, e)
         return jnp.where(batch.tgt_mask, self.emission_log_prob(params, h, c, batch.tgt_out), 0.0)
 
     def inference_scores(self, params: Params, batch, H):
@@ -255,6 +292,14 @@ class Seq2SeqAlignment(AlignmentModel):
         if self.markov:
             return self._markov_model(p, batch, H, h, e, enumerate_z)
         plate_b, plate_t = self._plates(batch)
+        if self.family.tree:  # one tree per source, outside the target plate
+            arcs = self.arc_score(sub(p, "arc_score"), H)[:, None]
+            with plate_b, self._scale(kl_scale):
+                v, _ = attend(SITE, arcs, H, self.family, mask=batch.src_mask, attention=e)
+            with plate_b, plate_t:
+                lp = self.emission_log_prob(p, h, v, batch.tgt_out)
+                numpyro.factor("y", jnp.where(batch.tgt_mask, lp, 0.0))
+            return
         with plate_b, plate_t:
             with self._scale(kl_scale):
                 # enumerated: unmasked, so a padded target adds log Σ_z p(z) = 0 (torch side)
@@ -303,6 +348,8 @@ class Seq2SeqAlignment(AlignmentModel):
             return
         p = self._param()
         H = self.encode(p, batch.src, batch.src_mask)
+        if self.family.tree:
+            return self._tree_guide(p, batch, H, posterior, kl_scale, baseline)
         if posterior == "prior":
             scores = self.decode(p, H, batch.src_mask, batch.tgt_in)[1]
         elif posterior == "inference":
@@ -319,3 +366,14 @@ class Seq2SeqAlignment(AlignmentModel):
                    params=sub(p, "family"),
                    target_mask=batch.tgt_mask, scale=scale_arg,
                    infer={"enumerate": "parallel"} if enumerate_z else None)
+
+    def _tree_guide(self, p: Params, batch, H, posterior, kl_scale, baseline):
+        """q(tree | x, y) as on the torch side."""
+        if posterior == "prior":
+            arcs = self.arc_score(sub(p, "arc_score"), H)
+        elif posterior == "inference":
+            arcs = self.inference_tree_scores(p, batch, H)
+        else:
+            raise UserError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
+        with self._plates(batch)[0], self._scale(kl_scale):
+            attend(SITE, arcs[:, None], H, self.family, mask=batch.src_mask, guide=True)
