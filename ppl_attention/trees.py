@@ -121,33 +121,29 @@ def _plus(semiring: str):
     return _MaxSelect.apply
 
 
-def _stack(cols: list, lo: int, hi: int) -> torch.Tensor:
-    return torch.stack(cols[lo:hi], -1)
-
-
 def _eisner_chart(theta: torch.Tensor, semiring: str):
     """The complete items of Eisner's recursion over ``theta [..., n, n]``: C← by start
-    ``[..., n(s), n(width)]`` and C→ by end ``[..., n(t), n(width)]``."""
+    ``[..., n(s), n(width)]`` and C→ by end ``[..., n(t), n(width)]``. Each chart is kept
+    indexed by span start (``…_s``) or span end (``…_e``) with one column per width, grown by
+    one column per width (so the autograd graph has O(n) nodes, not O(n²))."""
     plus = _plus(semiring)
     n = theta.shape[-1]
-    zero = theta.new_zeros(theta.shape[:-1])
-    # per chart, one column per width: indexed by span start (…_s) or span end (…_e)
-    cl_s, cl_e, cr_s, cr_e = [zero], [zero], [zero], [zero]
-    il_e, ir_s = [zero], [zero]  # width 0 unused
+    zero = theta.new_zeros(theta.shape[:-1] + (1,))
+    cl_s = cl_e = cr_s = cr_e = il_e = ir_s = zero  # width 0 (incomplete: unused)
+
+    def grow(chart, col, k, by_end):
+        return torch.cat([chart, F.pad(col, (k, 0) if by_end else (0, k)).unsqueeze(-1)], -1)
+
     for k in range(1, n):
         m = n - k
-        x = plus(_stack(cr_s, 0, k)[..., :m, :] + _stack(cl_e, 0, k)[..., k:, :].flip(-1))
-        il = x + theta.diagonal(-k, -2, -1)  # arc t → s
-        ir = x + theta.diagonal(k, -2, -1)  # arc s → t
-        il_e.append(F.pad(il, (k, 0)))
-        ir_s.append(F.pad(ir, (0, k)))
-        cl = plus(_stack(cl_s, 0, k)[..., :m, :] + _stack(il_e, 1, k + 1)[..., k:, :].flip(-1))
-        cr = plus(_stack(ir_s, 1, k + 1)[..., :m, :] + _stack(cr_e, 0, k)[..., k:, :].flip(-1))
-        cl_s.append(F.pad(cl, (0, k)))
-        cl_e.append(F.pad(cl, (k, 0)))
-        cr_s.append(F.pad(cr, (0, k)))
-        cr_e.append(F.pad(cr, (k, 0)))
-    return torch.stack(cl_s, -1), torch.stack(cr_e, -1), torch.stack(cr_s, -1)
+        x = plus(cr_s[..., :m, :] + cl_e[..., k:, :].flip(-1))  # widths 0 … k−1 | k−1 … 0
+        il_e = grow(il_e, x + theta.diagonal(-k, -2, -1), k, True)  # arc t → s
+        ir_s = grow(ir_s, x + theta.diagonal(k, -2, -1), k, False)  # arc s → t
+        cl = plus(cl_s[..., :m, :] + il_e[..., k:, 1:].flip(-1))
+        cr = plus(ir_s[..., :m, 1:] + cr_e[..., k:, :].flip(-1))
+        cl_s, cl_e = grow(cl_s, cl, k, False), grow(cl_e, cl, k, True)
+        cr_s, cr_e = grow(cr_s, cr, k, False), grow(cr_e, cr, k, True)
+    return cl_s, cr_e, cr_s
 
 
 def _gather_last(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -327,8 +323,15 @@ class DependencyTree(TorchDistribution):
         return self.score(value) - self.log_partition
 
     def entropy(self) -> torch.Tensor:
-        """H(p) = log Z − Σ_hm μ_hm θ_hm, exact, ``[...]``."""
-        return self.log_partition - (self.marginals * self.theta).sum((-1, -2))
+        """H(p) = log Z − Σ_hm μ_hm θ_hm, exact, ``[...]``; computed with every column shifted by
+        its largest real score c_m (each tree has one arc into each word, so log Z and Σ μ θ
+        both fall by Σ c_m): no cancellation between two large numbers in float32."""
+        c = torch.where(self._real, self.theta.masked_fill(
+            ~(self._real.unsqueeze(-1) & self._real.unsqueeze(-2)), FLOOR).max(-2).values,
+            torch.zeros_like(self.theta[..., 0])).detach()
+        return (self.log_partition - c.sum(-1)) - (self.marginals * (self.theta - c.unsqueeze(-2))
+                                                   ).masked_fill(~self._real.unsqueeze(-2),
+                                                                 0.0).sum((-1, -2))
 
     # --- the MAP tree and exact draws ---------------------------------------------------------
     def argmax(self) -> torch.Tensor:

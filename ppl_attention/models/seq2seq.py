@@ -95,6 +95,8 @@ class Seq2SeqAlignment(AlignmentModel):
         self.q_score = BilinearScore(hidden, hidden)
         self.q_scale = nn.Linear(hidden, hidden)
         if self.family.tree:  # arc scores of the source's tree: the prior's and q's
+            with torch.no_grad():  # the parent and children columns start at 0: soft attention
+                self.W_cv.weight[:, hidden:] = 0.0
             self.arc_score = BiaffineArcScore(hidden)
             self.q_arc_score = BiaffineArcScore(hidden)
             self.q_tree = nn.Linear(hidden, hidden)

@@ -250,7 +250,13 @@ class DependencyTree(Distribution):
         return self.score(value) - self.log_partition
 
     def entropy(self):
-        return self.log_partition - (self.marginals * self.theta).sum((-1, -2))
+        """H = log Z − Σ μ θ, each column shifted by its largest real score (torch side)."""
+        real_arc = self._real[..., :, None] & self._real[..., None, :]
+        c = jax.lax.stop_gradient(jnp.where(self._real, jnp.where(real_arc, self.theta,
+                                                                  FLOOR).max(-2), 0.0))
+        terms = jnp.where(self._real[..., None, :], self.marginals * (self.theta - c[..., None, :]),
+                          0.0)
+        return (self.log_partition - c.sum(-1)) - terms.sum((-1, -2))
 
     def argmax(self):
         """The MAP tree ``heads [..., N]``: Eisner's Viterbi (projective, jittable) or

@@ -120,6 +120,7 @@ class Seq2SeqAlignment(AlignmentModel):
         p |= {f"q_score.{k}": v for k, v in self.q_score.init(next(ks)).items()}
         p |= init_linear(next(ks), "W_ch", h, h)
         p |= init_linear(next(ks), "W_cv", self.family.context_size(h), h, bias=False)
+        p["W_cv.weight"] = p["W_cv.weight"].at[:, h:].set(0.0)  # tree parts: start as soft
         p |= init_linear(next(ks), "W_o", h, c["tgt_vocab"])
         p |= init_linear(next(ks), "q_scale", h, h)
         p |= {f"family.{k}": v for k, v in self.family.init(next(ks)).items()}

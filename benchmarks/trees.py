@@ -1,0 +1,238 @@
+"""Dependency trees: (1) the speed of log Z, forward + backward, against torch-struct, and (2)
+the tree-transduction table, soft against tree attention.
+
+(1) ``--part speed``: ``DependencyTree(scores).log_partition`` and its gradient (the arc
+marginals) at N ∈ {16, 32, 64}, batch 16, float32, both kinds of tree — ours under torch
+(``pyro``), ours under JAX (``numpyro``, jitted; compile time apart) and torch-struct 0.5
+(``DependencyCRF`` with one root or several, ``NonProjectiveDependencyCRF``; an optional peer,
+``pip install torch-struct``, skipped with a message when absent). Each cell runs in its own
+process, so its peak resident memory is its own (reported above an idle process that imported
+the same libraries); time is the median of ``--reps`` steps after one warm-up. Ratios are ours
+over torch-struct's, in the same run.
+
+(2) ``--part transduction``: ``ppl-attention compare --task trees --depth D`` for D in
+``--depths``, methods ``soft`` and ``tree-marginals`` (and ``tree-sample`` with
+``--with-sample``), ``--seeds`` seeds, the stated training budget; one table of the
+percentage of target tokens greedy decoding gets right before its first error, exact-match
+accuracy and the UAS of the learned trees (mean ± sd over seeds).
+
+    python benchmarks/trees.py --part speed --reps 5
+    python benchmarks/trees.py --part transduction --depths 2,4,6 --seeds 3 --out runs/trees
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SIZES = (16, 32, 64)
+KINDS = ("projective", "non-projective")
+
+
+def _cell(impl: str, kind: str, n: int, batch: int, reps: int) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(batch, n, n)).astype(np.float32)
+    projective = kind == "projective"
+    if impl == "numpyro":
+        import jax
+        import jax.numpy as jnp
+
+        from ppl_attention.numpyro.trees import DependencyTree as JT
+
+        grad = jax.jit(jax.value_and_grad(
+            lambda s: JT(s, projective=projective).log_partition.sum()))
+        x = jnp.asarray(scores)
+        t0 = time.perf_counter()
+        jax.block_until_ready(grad(x))
+        compile_s = time.perf_counter() - t0
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            jax.block_until_ready(grad(x))
+            times.append(time.perf_counter() - t0)
+        return {"ms": 1e3 * statistics.median(times), "compile_s": compile_s}
+    import torch
+
+    torch.set_num_threads(1)
+    x = torch.tensor(scores)
+
+    def step():
+        s = x.clone().requires_grad_(True)
+        if impl == "pyro":
+            from ppl_attention.trees import DependencyTree
+
+            log_z = DependencyTree(s, projective=projective).log_partition
+        else:
+            import torch_struct
+
+            cls = torch_struct.DependencyCRF if projective else \
+                torch_struct.NonProjectiveDependencyCRF
+            kw = {"multiroot": False}
+            log_z = cls(s, **kw).partition
+        log_z.sum().backward()
+        return s.grad
+
+    step()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return {"ms": 1e3 * statistics.median(times)}
+
+
+def _child(args) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    out = _cell(args.impl, args.kind, args.n, args.batch, args.reps)
+    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+def _baseline_rss(impl: str) -> float:
+    imports = {"pyro": "import torch, ppl_attention.trees",
+               "numpyro": "import jax, jax.numpy as jnp, ppl_attention.numpyro.trees; "
+                          "jnp.zeros(1).block_until_ready()",
+               "torch-struct": "import torch, torch_struct"}[impl]
+    code = f"import resource; {imports}; print(resource.getrusage(resource.RUSAGE_SELF)" \
+           f".ru_maxrss / 1024)"
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout)
+
+
+def speed(args) -> int:
+    impls = ["pyro", "numpyro", "torch-struct"]
+    try:
+        import torch_struct  # noqa: F401
+    except ImportError:
+        print("torch-struct is not installed (pip install torch-struct): its column is "
+              "skipped", file=sys.stderr)
+        impls.remove("torch-struct")
+    base = {impl: _baseline_rss(impl) for impl in impls}
+    rows = []
+    for kind in KINDS:
+        for n in args.sizes:
+            row = {"kind": kind, "n": n}
+            for impl in impls:
+                cmd = [sys.executable, __file__, "--child", "--impl", impl, "--kind", kind,
+                       "--n", str(n), "--batch", str(args.batch), "--reps", str(args.reps)]
+                res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                if res.returncode:
+                    row[impl] = None
+                    print(f"{impl} {kind} N={n} failed: {res.stderr.strip()[-300:]}",
+                          file=sys.stderr)
+                    continue
+                out = json.loads(res.stdout.strip().splitlines()[-1])
+                row[impl] = (out["ms"], out["rss_mb"] - base[impl], out.get("compile_s"))
+                print(f"{impl} {kind} N={n}: {out['ms']:.1f} ms", file=sys.stderr)
+            rows.append(row)
+    print(f"log Z forward + backward, batch {args.batch}, float32, median of {args.reps} "
+          f"(one thread per torch process), peak memory above an idle process in MB\n")
+    head = "| kind | N | " + " | ".join(f"{i} ms | {i} MB" for i in impls)
+    if "torch-struct" in impls:
+        head += " | pyro / torch-struct | numpyro / torch-struct"
+    print(head + " |")
+    print("|---|---|" + "---|---|" * len(impls) + ("---|---|" if "torch-struct" in impls else ""))
+    for r in rows:
+        cells = []
+        for impl in impls:
+            v = r[impl]
+            cells += ["failed", "—"] if v is None else [f"{v[0]:.1f}", f"{v[1]:.0f}"]
+        if "torch-struct" in impls:
+            ts = r["torch-struct"]
+            for impl in ("pyro", "numpyro"):
+                cells.append("—" if ts is None or r[impl] is None else
+                             f"{r[impl][0] / ts[0]:.2f}")
+        print(f"| {r['kind']} | {r['n']} | " + " | ".join(cells) + " |")
+    compile_s = [r["numpyro"][2] for r in rows if r.get("numpyro")]
+    if compile_s:
+        print(f"\nnumpyro compile (first call) {min(compile_s):.1f}–{max(compile_s):.1f} s, "
+              "not in its ms")
+    return 0
+
+
+def transduction(args) -> int:
+    out = Path(args.out)
+    methods = "soft,tree-marginals" + (",tree-sample" if args.with_sample else "")
+    table = {}
+    for depth in args.depths:
+        cmd = ["ppl-attention", "compare", "--task", "trees", "--depth", str(depth),
+               "--methods", methods, "--seeds", str(args.seeds), "--steps", str(args.steps),
+               "--n-train", str(args.n_train), "--hidden", str(args.hidden),
+               "--batch-size", str(args.batch_size), "--jobs", str(args.jobs),
+               "--out", str(out / f"depth{depth}")]
+        print(" ".join(cmd), file=sys.stderr)
+        subprocess.run(cmd, check=True)
+        csv = (out / f"depth{depth}" / "results.csv").read_text().splitlines()
+        head = csv[0].split(",")
+        for line in csv[1:]:
+            cells = dict(zip(head, line.split(",")))
+            if cells["status"] != "ok":
+                continue
+            for key in ("prefix_accuracy", "sequence_accuracy", "uas"):
+                v = cells.get(key)
+                if v not in (None, "", "None"):
+                    table.setdefault((cells["method"], depth, key), []).append(float(v))
+
+    def fmt(vals):
+        if not vals:
+            return "—"
+        m = statistics.mean(vals)
+        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        return f"{100 * m:.1f} ± {100 * sd:.1f}"
+
+    print(f"\nTree transduction (prefix → infix), {args.seeds} seeds, {args.n_train} training "
+          f"pairs, {args.steps} steps of batch {args.batch_size}, hidden {args.hidden}; % of "
+          f"target tokens correct before the first error (greedy decoding), exact-match %, "
+          f"UAS % of the MAP trees\n")
+    depths = args.depths
+    print("| method | " + " | ".join(f"depth {d} correct | depth {d} exact | depth {d} UAS"
+                                      for d in depths) + " |")
+    print("|---|" + "---|---|---|" * len(depths))
+    for method in methods.split(","):
+        cells = []
+        for d in depths:
+            cells += [fmt(table.get((method, d, k), [])) for k in
+                      ("prefix_accuracy", "sequence_accuracy", "uas")]
+        print(f"| {method} | " + " | ".join(cells) + " |")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", choices=("speed", "transduction"), default="speed")
+    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=SIZES)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--depths", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 6])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--n-train", type=int, default=2000)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--with-sample", action="store_true")
+    p.add_argument("--out", default="runs/trees")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--impl", help=argparse.SUPPRESS)
+    p.add_argument("--kind", help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        _child(args)
+        return 0
+    return speed(args) if args.part == "speed" else transduction(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
