@@ -23,6 +23,8 @@ from .families import (
     RelaxedCategorical,
     SegmentCRF,
     Soft,
+    Tree,
+    TreeMarginals,
     Weibull,
     make_family,
     masked_softmax,
@@ -30,12 +32,14 @@ from .families import (
 from .scores import (
     SCORES,
     AdditiveScore,
+    BiaffineArcScore,
     BilinearScore,
     DotScore,
     MultiHeadScore,
     ScaledDotScore,
     make_score,
 )
+from .trees import DependencyTree
 
 __version__ = "0.1.0"
 
@@ -52,6 +56,10 @@ __all__ = [
     "GaussianContext",
     "MarkovCategorical",
     "SegmentCRF",
+    "Tree",
+    "TreeMarginals",
+    "DependencyTree",
+    "BiaffineArcScore",
     "FAMILIES",
     "make_family",
     "masked_softmax",

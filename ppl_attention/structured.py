@@ -30,6 +30,9 @@ Two ways to compute them, equal to float precision (tested against each other an
 of few states included (``benchmarks/structured.py``; docs/results.md) — and the parallel scan
 on a GPU for T ≥ 64 and S ≤ 128 (a choice no GPU measurement has confirmed yet).
 
+The other structure, a dependency tree over the source, is :class:`DependencyTree`
+(:mod:`ppl_attention.trees`, re-exported here).
+
 Exact posterior marginals are ∂ log p(y | x) / ∂ emissions; the Viterbi path the argmax of the
 max-plus semiring (with back-pointers, or on the parallel path as ∂ of the max-plus score); exact
 posterior draws by forward filtering, backward sampling.
@@ -42,8 +45,9 @@ import torch
 from .core.chain_paths import choose_path
 from .distributions import categorical_draws
 from .errors import UserError
+from .trees import DependencyTree
 
-__all__ = ["MonotonicAlignment", "FLOOR", "logmatmulexp", "associative_scan"]
+__all__ = ["MonotonicAlignment", "DependencyTree", "FLOOR", "logmatmulexp", "associative_scan"]
 
 FLOOR = -1e30  # finite stand-in for log 0: exp(FLOOR) = 0, and no NaN in gradients
 

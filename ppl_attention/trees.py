@@ -355,7 +355,7 @@ class DependencyTree(TorchDistribution):
     def mode(self) -> torch.Tensor:
         return self.argmax()
 
-    def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
+    def sample(self, sample_shape=()) -> torch.Tensor:
         """Exact draws ``heads [*sample_shape, ..., N]`` (module docstring)."""
         shape = torch.Size(sample_shape) + self.batch_shape
         theta = self.theta.detach().expand(shape + (self.N, self.N))

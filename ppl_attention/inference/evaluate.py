@@ -28,9 +28,9 @@ from ..models.device import model_device
 from .methods import get_method
 from .run import Run
 
-__all__ = ["evaluate", "map_trees", "map_trees_by_index", "tree_scores", "nll_per_token", "elbo_per_token", "map_alignments", "alignment_links",
-           "log_importance_weights", "iwae_log_likelihood", "token_log_likelihood",
-           "guide_posterior", "monotonic_share"]
+__all__ = ["evaluate", "map_trees", "map_trees_by_index", "tree_scores", "nll_per_token",
+           "elbo_per_token", "map_alignments", "alignment_links", "log_importance_weights",
+           "iwae_log_likelihood", "token_log_likelihood", "guide_posterior", "monotonic_share"]
 
 
 def guide_posterior(run: Run) -> str:

@@ -16,9 +16,12 @@ from .families import (
     LogNormal,
     RelaxedCategorical,
     Soft,
+    Tree,
+    TreeMarginals,
     Weibull,
     make_family,
 )
+from .trees import DependencyTree
 
 
 def __getattr__(name):
@@ -33,4 +36,5 @@ def __getattr__(name):
 
 __all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl", "scores",
            "Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
-           "LogNormal", "GaussianContext", "make_family"]
+           "LogNormal", "GaussianContext", "Tree", "TreeMarginals", "DependencyTree",
+           "make_family"]

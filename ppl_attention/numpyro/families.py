@@ -13,6 +13,7 @@ import inspect
 import math
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
@@ -469,9 +470,9 @@ class SegmentCRF(Family):
 def source_lengths(mask):
     """Real source positions of a padding ``mask [..., S]`` (a prefix; checked when concrete)."""
     lengths = mask.sum(-1)
-    if not isinstance(mask, jax.core.Tracer):
-        prefix = jnp.arange(mask.shape[-1]) < lengths[..., None]
-        if not bool(jnp.array_equal(prefix, mask.astype(bool))):
+    if not isinstance(mask, jax.core.Tracer):  # checked in NumPy: under jit jnp ops are traced
+        m = np.asarray(mask).astype(bool)
+        if not np.array_equal(np.arange(m.shape[-1]) < m.sum(-1, keepdims=True), m):
             raise UserError("a tree family needs the source mask to be a prefix of each row "
                             "(padding at the end)")
     return lengths

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 
 from ..core.chain_paths import choose_path
 from ..errors import UserError
+from .trees import DependencyTree
 
-__all__ = ["MonotonicAlignment", "FLOOR", "logmatmulexp", "maxmatmul"]
+__all__ = ["MonotonicAlignment", "DependencyTree", "FLOOR", "logmatmulexp", "maxmatmul"]
 
 FLOOR = -1e30
 

@@ -189,19 +189,21 @@ class DependencyTree(Distribution):
         except ValueError:
             raise UserError(f"DependencyTree: lengths of shape {list(lengths.shape)} do not "
                             f"broadcast to the batch shape {list(batch_shape)}") from None
-        if _concrete(lengths) and lengths.size and (int(lengths.min()) < 1
-                                                    or int(lengths.max()) > N):
-            bad = int(np.asarray(lengths)[(np.asarray(lengths) < 1)
-                                          | (np.asarray(lengths) > N)].flat[0])
-            raise UserError(f"DependencyTree: every length must be in 1 … N = {N}, got {bad}")
+        if _concrete(lengths) and lengths.size:  # checked in NumPy (jnp ops trace under jit)
+            lens = np.asarray(lengths)
+            if lens.min() < 1 or lens.max() > N:
+                bad = int(lens[(lens < 1) | (lens > N)].flat[0])
+                raise UserError(f"DependencyTree: every length must be in 1 … N = {N}, got {bad}")
         self.projective, self.single_root = bool(projective), bool(single_root)
         self.lengths = lengths
         self._real = jnp.arange(N) < lengths[..., None]
         real_arc = self._real[..., :, None] & self._real[..., None, :]
-        if _concrete(scores):
-            bad = real_arc & ~jnp.isfinite(scores)
-            if bool(bad.any()):
-                where = [int(i) for i in np.argwhere(np.asarray(bad))[0]]
+        if _concrete(scores, lengths):
+            lens = np.asarray(lengths)
+            real = np.arange(N) < lens[..., None]
+            bad = real[..., :, None] & real[..., None, :] & ~np.isfinite(np.asarray(scores))
+            if bad.any():
+                where = [int(i) for i in np.argwhere(bad)[0]]
                 raise UserError(f"DependencyTree: scores must be finite at real arcs; "
                                 f"{int(bad.sum())} are not (first at index {where}; give padded "
                                 f"positions through lengths=)")
@@ -244,8 +246,8 @@ class DependencyTree(Distribution):
     def log_prob(self, value):
         if _concrete(value, self.lengths):
             shape = jnp.broadcast_shapes(value.shape[:-1], self.batch_shape)
-            check_trees(np.asarray(jnp.broadcast_to(value, shape + (self.N,))),
-                        np.asarray(jnp.broadcast_to(self.lengths, shape)),
+            check_trees(np.broadcast_to(np.asarray(value), shape + (self.N,)),
+                        np.broadcast_to(np.asarray(self.lengths), shape),
                         projective=self.projective, single_root=self.single_root)
         return self.score(value) - self.log_partition
 
@@ -321,7 +323,7 @@ def kl_dependency_tree(p, q):
         raise UserError("KL(DependencyTree ‖ DependencyTree) needs trees of the same kind "
                         f"(projective, single_root, N): {(p.projective, p.single_root, p.N)} "
                         f"vs {(q.projective, q.single_root, q.N)}")
-    if _concrete(p.lengths, q.lengths) and not bool(jnp.array_equal(
-            *jnp.broadcast_arrays(p.lengths, q.lengths))):
+    if _concrete(p.lengths, q.lengths) and not np.array_equal(
+            *np.broadcast_arrays(np.asarray(p.lengths), np.asarray(q.lengths))):
         raise UserError("KL(DependencyTree ‖ DependencyTree) needs the same lengths on both sides")
     return (p.marginals * (p.theta - q.theta)).sum((-1, -2)) - p.log_partition + q.log_partition

@@ -243,7 +243,7 @@ class Seq2SeqAlignment(AlignmentModel):
         """q's arc scores ``[B, S, S]`` (torch side: ``inference_tree_scores``)."""
         G = bilstm(params, "q_encoder", _embed(params, "q_emb", batch.tgt_out), batch.tgt_mask)
         a = jnp.where(batch.tgt_mask[:, None], self.q_score(sub(params, "q_score"), H, G),
-                      -jnp.inf)
+                      -1e30)
         read = jax.nn.softmax(a, -1) @ G
         return self.arc_score(sub(params, "q_arc_score"),
                               H + jnp.tanh(linear(params, "q_tree", read)))
