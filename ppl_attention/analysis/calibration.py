@@ -39,10 +39,10 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
-from tqdm.auto import tqdm
 
 from .. import arviz_api
 from ..attend import recording
+from ..core.progress import progress_bar
 from ..data.batching import make_batches
 from ..data.corpus import atomic_write_text
 from ..errors import UserError
@@ -396,7 +396,7 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     sims = [pairs[i % len(pairs)] for i in range(num_sims)]
     batches = make_batches(sims, run.src_vocab, run.tgt_vocab, 64)
     arrays = []
-    for i, b in enumerate(tqdm(batches, desc="calibrate", unit="batch", leave=False,
+    for i, b in enumerate(progress_bar(batches, desc="calibrate", unit="batch", leave=False,
                                disable=not progress)):
         arrays.append(backend_side.numpyro_arrays(run, b, draws, seed * 1_000_003 + i, distort)
                       if numpyro else pyro_arrays(run, b, draws, distort))

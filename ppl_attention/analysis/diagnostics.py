@@ -29,10 +29,10 @@ import numpy as np
 import pyro
 import torch
 from pyro import poutine
-from tqdm.auto import tqdm
 
 from .. import arviz_api
 from ..attend import recording
+from ..core.progress import progress_bar
 from ..data.batching import make_batches
 from ..errors import UserError
 from ..inference.evaluate import guide_posterior, log_importance_weights
@@ -113,7 +113,7 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
     kl_sum, n_tok, log_lik, elbo, iwae = 0.0, 0, 0.0, 0.0, 0.0
     khat, ess, draw_links = [], [], {k: {} for k in range(num_samples)}
-    for i, b in enumerate(tqdm(batches, desc="diagnose", unit="batch", leave=False,
+    for i, b in enumerate(progress_bar(batches, desc="diagnose", unit="batch", leave=False,
                                disable=not progress)):
         arr = diagnostic_arrays(run, b, num_samples, seed * 100_003 + i) if numpyro else \
             _pyro_arrays(run, b, num_samples, exact)

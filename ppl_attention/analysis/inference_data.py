@@ -30,10 +30,10 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
-from tqdm.auto import tqdm
 
 from .. import arviz_api
 from ..attend import recording
+from ..core.progress import progress_bar
 from ..data.batching import make_batches
 from ..distributions import categorical_draws
 from ..errors import UserError
@@ -173,7 +173,7 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     exact = None
     token_ll = [[] for _ in range(N)]
     g = torch.Generator().manual_seed(seed)
-    for b in tqdm(batches, desc="analyze", unit="batch", leave=False, disable=not progress):
+    for b in progress_bar(batches, desc="analyze", unit="batch", leave=False, disable=not progress):
         if numpyro:
             arr = numpyro_arrays(run, b, K, int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
         else:

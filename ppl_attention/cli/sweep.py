@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from .. import sweep
 from ..core.global_methods import GLOBAL_METHODS
+from ..core.progress import progress_bar
 from ..errors import UserError
 from ..inference.experiment import check_experiment
 from ..inference.methods import METHODS, get_method
@@ -125,7 +124,7 @@ def _sweep(args, exp, jobs, settings, fixed, out: Path) -> int:
     sweep.check_sweep_dir(out, fixed)
 
     where = f"Ray ({args.ray})" if args.ray else f"{args.jobs} worker(s)"
-    bar = tqdm(total=len(jobs), desc=f"sweep, {where}", unit="job",
+    bar = progress_bar(total=len(jobs), desc=f"sweep, {where}", unit="job",
                disable=args.jobs == 1 and args.ray is None)
 
     def on_done(i, res):

@@ -119,10 +119,10 @@ def prefix_accuracy(run, pairs: list, progress: bool = False) -> dict:
     the share of target tokens right before the first error (Kim et al. 2017's "percentage of
     output tokens correct before the first error", pooled over tokens), ``sequence_accuracy``
     (the share of exact matches) and ``n_decoded``."""
-    from tqdm.auto import tqdm
+    from ..core.progress import progress_bar
 
     correct = total = exact = 0
-    for src, tgt in tqdm(pairs, disable=not progress, desc="decode", leave=False):
+    for src, tgt in progress_bar(pairs, disable=not progress, desc="decode", leave=False):
         hyp, _ = beam_search(run, list(src), 1, max_len=2 * len(tgt) + 10)
         n = 0
         for a, b in zip(hyp, tgt):
@@ -141,13 +141,13 @@ def word_error_rates(run, references: dict[str, list[list[str]]], beam: int = 1,
     """Decode every word (its letters as the source) and score WER / PER against all its
     reference pronunciations; with stress digits in the references, also stress-stripped.
     ``run``: a Run, or a list of runs decoding as an ensemble (see :func:`beam_search`)."""
-    from tqdm.auto import tqdm
-
+    from ..core.progress import progress_bar
     from ..metrics import wer_per
 
     run = check_ensemble(run)
     hyps = {w: beam_search(run, list(w), beam)[0]
-            for w in tqdm(sorted(references), disable=not progress, desc="decode", leave=False)}
+            for w in progress_bar(sorted(references), disable=not progress, desc="decode",
+                                  leave=False)}
     wer, per = wer_per(hyps, references)
     out = {"wer": wer, "per": per, "beam": beam, "n_words": len(hyps)}
     if len(run) > 1:

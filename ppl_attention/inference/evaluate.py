@@ -17,10 +17,10 @@ import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from pyro.poutine.util import site_is_subsample
-from tqdm.auto import tqdm
 
 from ..attend import recording
 from ..backends import get_backend
+from ..core.progress import progress_bar
 from ..errors import UserError
 from ..metrics import aer
 from ..models.base import capabilities, declared, exact_posterior, exact_token_log_likelihood
@@ -99,7 +99,7 @@ def _exact(run: Run) -> bool:
 
 def _progress(batches: list, what: str):
     """A bar over the batches when there are enough of them to take a while."""
-    return tqdm(batches, desc=what, unit="batch", leave=False, disable=len(batches) < 20)
+    return progress_bar(batches, desc=what, unit="batch", leave=False, disable=len(batches) < 20)
 
 
 @torch.no_grad()

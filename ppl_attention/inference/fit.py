@@ -12,8 +12,8 @@ import time
 import pyro
 import torch
 from pyro import poutine
-from tqdm.auto import tqdm
 
+from ..core.progress import progress_bar
 from ..core.schedules import LR_SCHEDULES, SPANS_STEPS, batch_order
 from ..errors import UserError
 from ..models.base import check_method, declared
@@ -182,7 +182,7 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
         valid = valid if distributed.main else None
         out = out if distributed.main else None
     model.train()
-    bar = tqdm(range(start, steps), disable=not progress, desc=method, leave=False)
+    bar = progress_bar(range(start, steps), disable=not progress, desc=method, leave=False)
     t0, tokens = time.perf_counter(), 0
     trained_before = run.extra.get("train_seconds", 0.0)  # earlier segments of a resumed run
     valid_every = opts["valid_every"]

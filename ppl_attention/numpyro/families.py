@@ -13,8 +13,8 @@ import inspect
 import math
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 
 from ..core.families import FAMILY_SPECS, FamilySpec

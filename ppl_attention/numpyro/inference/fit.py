@@ -27,9 +27,9 @@ import jax
 import numpy as np
 import optax
 from numpyro import handlers
-from tqdm.auto import tqdm
 
 from ...contract import check_method, declared
+from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...errors import UserError
 from ...inference.fit import check_resume_steps, training_options
@@ -278,7 +278,8 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         else:
             model.load_state_dict(keep(current()))
 
-    bar = tqdm(range(start, steps), disable=not progress, desc=f"{method} [numpyro]", leave=False)
+    bar = progress_bar(range(start, steps), disable=not progress, desc=f"{method} [numpyro]",
+                       leave=False)
     t0, tokens, compile_s = time.perf_counter(), 0, 0.0
     for step in bar:
         epoch, pos = divmod(step, len(train))
