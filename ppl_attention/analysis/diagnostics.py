@@ -15,6 +15,8 @@ log_importance_weights`). Reported, per token or as shares of pairs:
   KL(exact ‖ q) < 0.001 and ESS/K ≈ 0.98). So k̂ is computed only for pairs whose K weights take
   at least ``MIN_DISTINCT`` distinct values; ``khat_pairs`` counts them (such weights are
   bounded, since q's support is finite, so a pair left out has finite-variance weights);
+- ``expected_uas`` (a tree family, with gold trees): the attachment score of q's draws of each
+  source's tree, averaged over draws; ``expected_aer`` is then that of the word attention;
 - ``rel_ess``: the mean over pairs of the importance-sampling ESS / K = 1 / (K Σ_k w̄_k²);
 - ``elbo``: mean log w per token; ``log_lik``: exact log p(y | x) per token where enumerable,
   else the IWAE-K estimate; ``iwae_gap``: ``log_lik − iwae_K``, and ``elbo_gap``:
@@ -36,6 +38,7 @@ from ..core.progress import progress_bar
 from ..data.batching import make_batches
 from ..errors import UserError
 from ..inference.evaluate import guide_posterior, log_importance_weights
+from ..inference.methods import get_method
 from ..metrics import aer
 from ..models.base import (
     capabilities,
@@ -78,6 +81,18 @@ def _pyro_arrays(run, b, num_samples: int, exact: bool) -> dict:
         out.update(exact_ll=exact_token_log_likelihood(model, b).cpu().numpy(),
                    log_q=log_q.cpu().numpy(), p_exact=exact_posterior(model, b).cpu().numpy(),
                    draws=draws.cpu().numpy())
+    elif getattr(model.family, "tree", False):  # the word attention; q's trees of the sources
+        with recording() as calls, poutine.block():
+            model.model(b)
+        w = next(c for c in calls if c.name == site).weights.argmax(-1)
+        out["draws"] = w.expand(num_samples, *w.shape).cpu().numpy()
+        if post != "none" and get_method(run.method).posterior != "none":
+            trees = []
+            for _ in range(num_samples):
+                with poutine.block():
+                    g = poutine.trace(model.guide).get_trace(b, posterior=post)
+                trees.append(g.nodes[site]["value"].reshape(b.size, -1, b.src.shape[1])[:, 0])
+            out["trees"] = torch.stack(trees).cpu().numpy()
     else:
         ws = []
         for _ in range(num_samples):
@@ -89,7 +104,7 @@ def _pyro_arrays(run, b, num_samples: int, exact: bool) -> dict:
 
 
 def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
-                      progress: bool = True) -> dict:
+                      progress: bool = True, gold_trees: list | None = None) -> dict:
     """Diagnostics of ``run``'s guide on ``pairs`` with ``gold`` alignments (lists of
     (source, target) link sets); see the module docstring. A NumPyro model's run is read
     through the NumPyro contract (the same numbers)."""
@@ -113,6 +128,7 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
     kl_sum, n_tok, log_lik, elbo, iwae = 0.0, 0, 0.0, 0.0, 0.0
     khat, ess, draw_links = [], [], {k: {} for k in range(num_samples)}
+    uas_hit = uas_n = 0  # q's trees against the gold trees (a tree family)
     for i, b in enumerate(progress_bar(batches, desc="diagnose", unit="batch", leave=False,
                                disable=not progress)):
         arr = diagnostic_arrays(run, b, num_samples, seed * 100_003 + i) if numpyro else \
@@ -138,6 +154,11 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
             kl_sum += float(np.where(mask, terms.sum(-1), 0.0).sum())
         else:
             log_lik += float(iw.sum())
+        if arr.get("trees") is not None and gold_trees is not None:
+            for r, idx in enumerate(b.index.tolist()):
+                L = len(gold_trees[idx])
+                hit = (arr["trees"][:, r, :L] == np.asarray(gold_trees[idx])[None]).sum()
+                uas_hit, uas_n = uas_hit + int(hit), uas_n + L * num_samples
         draws = arr["draws"]
         lengths = (b.tgt_mask.sum(-1) - 1).tolist()
         for r, idx in enumerate(b.index.tolist()):
@@ -161,6 +182,7 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
         "iwae": iwae / n_tok,
         "iwae_gap": (log_lik - iwae) / n_tok,
         "elbo_gap": (log_lik - elbo) / n_tok,
+        "expected_uas": uas_hit / uas_n if uas_n else None,
         "num_samples": num_samples,
         "n_pairs": len(pairs),
         "n_tokens": n_tok,

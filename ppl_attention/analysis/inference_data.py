@@ -16,6 +16,12 @@ so the groups are built here with ``az.from_dict`` and xarray:
 - ``log_likelihood``: ``y`` (chain, draw, token): log p(y_t | x, y<t, z_t) at each posterior draw,
   one entry per real target token (``<eos>`` included), so ``az.loo`` / ``az.waic`` run.
 - ``observed_data``: ``y`` (token), the target token ids.
+- a tree family (``tree``, ``tree-marginals``): ``posterior.heads`` / ``prior.heads`` (chain,
+  draw, pair, source_pos) — trees of each source drawn from the guide q(tree | x, y) (exact
+  draws of the prior tree for ``tree-marginals``) and from the prior p(tree | x), the head of
+  each word (0-based, the root's child its own index); ``tree_marginals.arcs`` (pair, head_pos,
+  source_pos): p(head of word m is h) of the tree the posterior heads are drawn from (diagonal:
+  the root). ``alignment`` is then the query's word attention.
 
 Padded target/source positions are NaN (weights) so every array is rectangular. Coordinates:
 ``pair`` (corpus index), ``target_pos``, ``source_pos``; ``source_token`` (pair, source_pos) and
@@ -101,6 +107,8 @@ def alignment_arrays(run, batch, num_samples: int, generator: torch.Generator) -
         idx = categorical_draws(probs.reshape(-1, S), K, generator)
         return torch.nn.functional.one_hot(idx.T.reshape(K, B, T), S).to(probs.dtype)
 
+    if getattr(fam, "tree", False):
+        return _tree_arrays(run, batch, K, generator)
     out = {"prior": prior_probs(model, batch) if "prior" in caps else None, "exact": None,
            "q": None}
     if fam.deterministic:
@@ -142,6 +150,48 @@ def alignment_arrays(run, batch, num_samples: int, generator: torch.Generator) -
     return {k: (None if v is None else v.float().cpu().numpy()) for k, v in out.items()}
 
 
+def _tree_arrays(run, batch, K: int, generator: torch.Generator) -> dict:
+    """:func:`alignment_arrays` for a tree family: the query's word attention (``posterior``,
+    ``prior_draws``: deterministic given x, y<t), and the source's tree — ``heads`` [K, B, S]
+    drawn from the guide q(tree | x, y) (the exact prior tree for ``tree-marginals``, which has
+    no guide), ``prior_heads`` [K, B, S] from the prior p(tree | x), ``arc_marginals``
+    [B, S, S] of the tree the heads are drawn from; ``log_lik`` at each drawn tree."""
+    from ..trees import DependencyTree
+
+    model = run.model
+    site = declared(model, "site")
+    fam = model.family
+    B, T = batch.tgt_out.shape
+    S = batch.src.shape[1]
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+    pyro.set_rng_seed(seed)
+    with recording() as calls, poutine.block():
+        trace = poutine.trace(model.model).get_trace(batch)
+    call = _site(calls, site)
+    w = call.weights
+    arcs = call.scores.reshape(B, -1, S, S).sum(1)
+    prior = DependencyTree(arcs, batch.src_mask.sum(-1), projective=fam.projective,
+                           single_root=fam.single_root)
+    out = {"prior": w, "exact": None, "q": None, "posterior": w.expand(K, B, T, S),
+           "prior_draws": w.expand(K, B, T, S), "prior_heads": prior.sample((K,))}
+    if fam.deterministic:
+        out["heads"], out["arc_marginals"] = out["prior_heads"], prior.marginals
+        out["log_lik"] = torch.broadcast_to(_observed(trace, site), (B, T)).expand(K, B, T)
+    else:
+        heads, lls = [], []
+        post = guide_posterior(run)
+        for _ in range(K):
+            with poutine.block():
+                guide = poutine.trace(model.guide).get_trace(batch, posterior=post)
+                replayed = poutine.trace(poutine.replay(model.model, trace=guide)).get_trace(batch)
+            heads.append(guide.nodes[site]["value"].reshape(B, -1, S)[:, 0])
+            lls.append(torch.broadcast_to(_observed(replayed, site), (B, T)))
+        q = guide.nodes[site]["fn"]
+        out["arc_marginals"] = q.marginals.reshape(B, -1, S, S)[:, 0]
+        out["heads"], out["log_lik"] = torch.stack(heads), torch.stack(lls)
+    return {k: (None if v is None else v.float().cpu().numpy()) for k, v in out.items()}
+
+
 def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_size: int = 64,
                       progress: bool = True):
     """``arviz.InferenceData`` of the alignments of ``pairs`` (a list of (source, target) token
@@ -171,6 +221,7 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     prior_draws = np.full((K, N, T, S), nan, np.float32)
     q_draws = None
     exact = None
+    trees = None  # heads [K, N, S], prior heads, arc marginals [N, S, S] (a tree family)
     token_ll = [[] for _ in range(N)]
     g = torch.Generator().manual_seed(seed)
     for b in progress_bar(batches, desc="analyze", unit="batch", leave=False, disable=not progress):
@@ -191,6 +242,15 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
                     q_draws = np.full((K, N, T, S), nan, np.float32)
                 q_draws[:, i, :t_len, :s_len] = arr["q"][:, r, :t_len, :s_len]
             token_ll[i] = arr["log_lik"][:, r, :t_len]
+            if arr.get("heads") is not None:
+                if trees is None:
+                    trees = {"heads": np.full((K, N, S), nan, np.float32),
+                             "prior_heads": np.full((K, N, S), nan, np.float32),
+                             "arc_marginals": np.full((N, S, S), nan, np.float32)}
+                trees["heads"][:, i, :s_len] = arr["heads"][:, r, :s_len]
+                trees["prior_heads"][:, i, :s_len] = arr["prior_heads"][:, r, :s_len]
+                trees["arc_marginals"][i, :s_len, :s_len] = arr["arc_marginals"][r, :s_len,
+                                                                                 :s_len]
     log_lik = np.concatenate(token_ll, axis=1)  # [K, n_tokens]
     tgt_ids, tok_pair, tok_pos, tok_text = [], [], [], []
     for i, (_, t) in enumerate(pairs):
@@ -212,15 +272,20 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     coords = {"pair": np.arange(N), "target_pos": np.arange(T), "source_pos": np.arange(S),
               "token": np.arange(len(tgt_ids))}
     posterior = {"alignment": post[None]}
+    prior = {"alignment": prior_draws[None]}
     if q_draws is not None:
         posterior["alignment_q"] = q_draws[None]
+    if trees is not None:
+        posterior["heads"] = trees["heads"][None]
+        prior["heads"] = trees["prior_heads"][None]
     idata = arviz_api.from_dict(
         posterior=posterior,
-        prior={"alignment": prior_draws[None]},
+        prior=prior,
         log_likelihood={"y": log_lik[None]},
         observed_data={"y": np.asarray(tgt_ids)},
         coords=coords,
-        dims={"alignment": dims5, "alignment_q": dims5, "y": ["token"]},
+        dims={"alignment": dims5, "alignment_q": dims5, "y": ["token"],
+              "heads": ["pair", "source_pos"]},
         attrs={"method": run.method, "family": run.model.family.name,
                "inference_library": run.backend, "num_samples": K},
     )
@@ -240,4 +305,10 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
         ds = xr.Dataset({"alignment": (dims5, exact)},
                         coords={k: coords[k] for k in dims5} | extra)
         idata.add_groups({"exact_posterior": ds}, warn_on_custom_groups=False)
+    if trees is not None:  # p(head of word m is h): the tree the posterior heads come from
+        ds = xr.Dataset({"arcs": (("pair", "head_pos", "source_pos"), trees["arc_marginals"])},
+                        coords={"pair": coords["pair"], "head_pos": np.arange(S),
+                                "source_pos": coords["source_pos"],
+                                "source_token": extra["source_token"]})
+        idata.add_groups({"tree_marginals": ds}, warn_on_custom_groups=False)
     return idata

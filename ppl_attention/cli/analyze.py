@@ -115,7 +115,7 @@ def cmd_analyze(args) -> int:
         written += [out / f"pair{args.pair}_heatmaps.png", out / "entropy.png"]
     if diagnose:
         diag = guide_diagnostics(run, split.pairs, split.gold, num_samples=args.num_samples,
-                                 seed=args.seed)
+                                 seed=args.seed, gold_trees=getattr(split, "trees", None))
         atomic_write_text(out / "diagnostics.json", json.dumps(diag, indent=1) + "\n")
         written.append(out / "diagnostics.json")
     for w in written:
@@ -140,6 +140,7 @@ def cmd_calibrate(args) -> int:
 
 
 DIAG_COLUMNS = [("kl_exact_q", "KL(exact ‖ q)/token"), ("expected_aer", "E_q[AER]"),
+                ("expected_uas", "E_q[UAS]"),
                 ("khat_share", "share k̂ > 0.7"), ("khat_pairs", "pairs with k̂"),
                 ("rel_ess", "ESS/K"), ("iwae_gap", "log p − IWAE"),
                 ("elbo_gap", "log p − ELBO")]
@@ -166,7 +167,8 @@ def cmd_diagnose(args) -> int:
     for path, run, split in runs:
         print(f"[diagnose] {path}", file=sys.stderr)
         rows.append(guide_diagnostics(run, split.pairs, split.gold,
-                                      num_samples=args.num_samples, seed=args.seed))
+                                      num_samples=args.num_samples, seed=args.seed,
+                                      gold_trees=getattr(split, "trees", None)))
     md = [f"Guide diagnostics, {args.num_samples} draws of q per pair; per token; log p exact "
           f"where enumerable, else IWAE-{args.num_samples} (then the last column is "
           f"IWAE − ELBO); k̂ only for pairs whose draws give ≥ 20 distinct weights.", "",
@@ -176,7 +178,7 @@ def cmd_diagnose(args) -> int:
         cells = ["—" if r[k] is None else str(r[k]) if isinstance(r[k], int) else f"{r[k]:.3f}"
                  for k, _ in DIAG_COLUMNS]
         if not r["log_lik_exact"]:  # log p is itself IWAE-K there: only log p − ELBO is news
-            cells[5] = "—"
+            cells[6] = "—"
         md.append(f"| {r['method']} | " + " | ".join(cells) + " |")
     print("\n".join(md))
     if args.out:

@@ -86,7 +86,8 @@ def add_parsers(sub) -> None:
     add_run_model(p)
     p.set_defaults(fn=cmd_evaluate)
 
-    p = sub.add_parser("align", help="MAP alignments in Pharaoh format to stdout")
+    p = sub.add_parser("align", help="MAP alignments in Pharaoh format to stdout (a tree "
+                                     "family: each source's MAP tree in CoNLL-U)")
     p.add_argument("run")
     p.add_argument("--data", required=True, help="a TSV file of pairs")
     add_backend(p)
@@ -169,6 +170,14 @@ def cmd_align(args) -> int:
     else:
         get_backend_checked("pyro", run)
         links_fn = alignment_links
+    if getattr(run.model.family, "tree", False):  # the source's MAP tree, in CoNLL-U
+        from ..backends import get_backend
+        from ..data.conllu import format_conllu
+
+        trees = get_backend(backend).map_trees_by_index(run, batches)
+        sys.stdout.write("".join(format_conllu(pairs[i][0], trees[i], i + 1)
+                                 for i in range(len(pairs))))
+        return 0
     links = links_fn(run, batches)
     sys.stdout.write("".join(format_pharaoh(links[i]) + "\n" for i in range(len(pairs))))
     return 0

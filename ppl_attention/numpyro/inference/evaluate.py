@@ -26,7 +26,7 @@ from .methods import enumerated_guide_loss, get_method, make_elbo
 from .twins import parameter_pairs, params_from_torch, twin_of
 
 __all__ = ["MULTIPLE", "model_and_params", "nll_per_token", "elbo_per_token",
-           "map_alignments", "alignment_links", "log_importance_weights", "jitted",
+           "map_alignments", "alignment_links", "map_trees", "map_trees_by_index", "log_importance_weights", "jitted",
            "jax_batches"]
 
 MULTIPLE = "bucket"  # S and T padded up to a few bucket lengths: few shapes, few compilations
@@ -192,6 +192,8 @@ def _recorded(model, program: str, posterior: str | None, what: str):
                                 f"the model's `site`)")
             if what == "weights":
                 return call.weights
+            if what == "arcs":  # a tree family's arc scores, as given
+                return call.scores
             return jnp.where(call.mask, call.scores, -jnp.inf)
         return fn
     return jitted(model, f"recorded-{program}-{posterior}-{what}", build)
@@ -207,11 +209,38 @@ def map_alignments(run, batch) -> np.ndarray:
     if "exact-posterior" in capabilities(model):
         a = jitted(model, "exact_posterior",
                    lambda: functools.partial(exact_posterior, model))(p, jb)
-    elif model.family.deterministic:
+    elif model.family.deterministic or model.family.tree:  # a tree: the word attention
         a = _recorded(model, "model", None, "weights")(p, jb)
     else:
         a = _recorded(model, "guide", guide_posterior(run), "scores")(p, jb)
     return np.asarray(jnp.argmax(a, -1))[:B, :T]
+
+
+def map_trees(run, batch) -> list[list[int]]:
+    """The MAP tree of each source under the model's prior tree (the Pyro side's
+    ``map_trees``: one tree per query pooled by summing their arc scores)."""
+    from ..trees import DependencyTree
+
+    jb = to_jax(batch, None, MULTIPLE)
+    model, p = model_and_params(run, jb)
+    B = batch.size
+    scores = _recorded(model, "model", None, "arcs")(p, jb)
+    scores = scores.reshape(scores.shape[0], -1, *scores.shape[-2:]).sum(1)
+    lengths = jnp.asarray(jb.src_mask.sum(-1))
+    fam = model.family
+    heads = np.asarray(DependencyTree(scores, lengths, projective=fam.projective,
+                                      single_root=fam.single_root).argmax())
+    lens = np.asarray(lengths)
+    return [heads[r, :int(lens[r])].tolist() for r in range(B)]
+
+
+def map_trees_by_index(run, batches) -> dict[int, list[int]]:
+    """Corpus index → the MAP heads of its source."""
+    out = {}
+    for b in batches:
+        for idx, heads in zip(b.index.tolist(), map_trees(run, b)):
+            out[idx] = heads
+    return out
 
 
 def alignment_links(run, batches) -> dict[int, set[tuple[int, int]]]:

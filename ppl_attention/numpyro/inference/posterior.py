@@ -137,6 +137,8 @@ def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
     model, params = model_and_params(run, jb)
     caps = capabilities(model)
     fam = model.family
+    if getattr(fam, "tree", False):
+        return _tree_arrays(run, model, params, batch, jb, num_samples, seed)
     kind = "deterministic" if fam.deterministic else \
         "exact" if "posterior-samples" in caps else "guide"
     with_q = kind == "exact" and get_method(run.method).posterior == "inference"
@@ -152,6 +154,56 @@ def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
             ((slice(0, S),) if k != "log_lik" else ())
         out[k] = a[idx]
     return out
+
+
+def _tree_arrays(run, model, params, batch, jb, K: int, seed: int) -> dict:
+    """:func:`alignment_arrays` for a tree family, as the Pyro side's ``_tree_arrays``: the
+    word attention, ``heads`` [K, B, S] from q (the prior tree for ``tree-marginals``),
+    ``prior_heads``, ``arc_marginals`` [B, S, S], ``log_lik`` at each drawn tree."""
+    from ..trees import DependencyTree
+
+    site = declared(model, "site")
+    fam = model.family
+    key = jax.random.PRNGKey(seed)
+    k1, k2 = jax.random.split(key)
+    with recording() as calls:
+        trace = handlers.trace(handlers.seed(substitute_params(model.model, params), 0)
+                               ).get_trace(jb)
+    call = _site_call(calls, site)
+    Bp, T, S = call.weights.shape
+    w = call.weights
+    arcs = call.scores.reshape(Bp, -1, S, S).sum(1)
+    prior = DependencyTree(arcs, jb.src_mask.sum(-1), projective=fam.projective,
+                           single_root=fam.single_root)
+    out = {"prior": w, "posterior": jnp.broadcast_to(w, (K, Bp, T, S)),
+           "prior_draws": jnp.broadcast_to(w, (K, Bp, T, S)),
+           "prior_heads": prior.sample(k1, (K,))}
+    if fam.deterministic:
+        out["heads"], out["arc_marginals"] = out["prior_heads"], prior.marginals
+        out["log_lik"] = jnp.broadcast_to(_observed(trace, site), (K, Bp, T))
+    else:
+        guide = functools.partial(model.guide, posterior=guide_posterior(run))
+
+        def one(k):
+            g = handlers.trace(handlers.seed(substitute_params(guide, params), k)).get_trace(jb)
+            replayed = handlers.trace(handlers.seed(handlers.replay(
+                substitute_params(model.model, params), g), k)).get_trace(jb)
+            v = g[site]["value"]
+            return v.reshape(Bp, -1, S)[:, 0], jnp.broadcast_to(_observed(replayed, site),
+                                                              (Bp, T))
+        out["heads"], out["log_lik"] = jax.vmap(one)(jax.random.split(k2, K))
+        g = handlers.trace(handlers.seed(substitute_params(guide, params), 0)).get_trace(jb)
+        out["arc_marginals"] = g[site]["fn"].marginals.reshape(Bp, -1, S, S)[:, 0]
+    B, Tb, Sb = batch.tgt_out.shape[0], batch.tgt_out.shape[1], batch.src.shape[1]
+    crop = {"prior": (slice(0, B), slice(0, Tb), slice(0, Sb)),
+            "posterior": (slice(None), slice(0, B), slice(0, Tb), slice(0, Sb)),
+            "prior_draws": (slice(None), slice(0, B), slice(0, Tb), slice(0, Sb)),
+            "log_lik": (slice(None), slice(0, B), slice(0, Tb)),
+            "heads": (slice(None), slice(0, B), slice(0, Sb)),
+            "prior_heads": (slice(None), slice(0, B), slice(0, Sb)),
+            "arc_marginals": (slice(0, B), slice(0, Sb), slice(0, Sb))}
+    res = {k: np.asarray(v, dtype=np.float32)[crop[k]] for k, v in out.items()}
+    return {"exact": None, "q": None, **res}
 
 
 def diagnostic_arrays(run, batch, num_samples: int, seed: int) -> dict:
@@ -181,6 +233,19 @@ def diagnostic_arrays(run, batch, num_samples: int, seed: int) -> dict:
                            p_exact=exact_posterior(model, params, b),
                            draws=jax.random.categorical(k2, jnp.log(jnp.maximum(q, 1e-38)),
                                                         axis=-1, shape=(K, B, T)))
+            elif getattr(model.family, "tree", False):  # word attention; q's source trees
+                with recording() as calls:
+                    handlers.seed(substitute_params(model.model, params), 0)(b)
+                w = jnp.argmax(_site_call(calls, site).weights, -1)
+                out["draws"] = jnp.broadcast_to(w, (K,) + w.shape)
+                guide = functools.partial(model.guide, posterior=post)
+
+                def tree(k):
+                    g = handlers.trace(handlers.seed(substitute_params(guide, params), k)
+                                       ).get_trace(b)
+                    v = g[site]["value"]
+                    return v.reshape(v.shape[0], -1, v.shape[-1])[:, 0]
+                out["trees"] = jax.vmap(tree)(jax.random.split(k2, K))
             else:
                 guide = functools.partial(model.guide, posterior=post)
 
@@ -199,6 +264,7 @@ def diagnostic_arrays(run, batch, num_samples: int, seed: int) -> dict:
     crop = {"lw": (slice(None), slice(0, B)), "exact_ll": (slice(0, B), slice(0, T)),
             "log_q": (slice(0, B), slice(0, T), slice(0, S)),
             "p_exact": (slice(0, B), slice(0, T), slice(0, S)),
-            "draws": (slice(None), slice(0, B), slice(0, T))}
+            "draws": (slice(None), slice(0, B), slice(0, T)),
+            "trees": (slice(None), slice(0, B), slice(0, S))}
     return {k: np.asarray(v, dtype=np.float64 if k == "lw" else None)[crop[k]]
             for k, v in raw.items()}
