@@ -171,7 +171,7 @@ def transduction(args) -> int:
                "--batch-size", str(args.batch_size), "--jobs", str(args.jobs),
                "--out", str(out / f"depth{depth}")]
         print(" ".join(cmd), file=sys.stderr)
-        subprocess.run(cmd, check=True)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # its table: results.md
         csv = (out / f"depth{depth}" / "results.csv").read_text().splitlines()
         head = csv[0].split(",")
         for line in csv[1:]:

@@ -13,6 +13,10 @@ alignments from q(z | x, y) and ask where z* falls among them:
   fixed random projections;
 - **joint**: the rank of log q(z* | x, y) among log q(z_l | x, y) — a test quantity that
   depends on the data, which catches a guide too wide or too narrow as a whole.
+- a **tree** family (``tree-sample``): z* is the source's tree drawn from the prior; per
+  sentence one random word's head ranks among L draws from q's arc marginals of that word, the
+  joint rank takes the exact log q of L trees drawn from q, and the coverage is that of the
+  randomized credible sets of each word's head (q's arc marginals).
 
 Under calibration each rank, made continuous as (rank + U)/(L + 1), is uniform on [0, 1]: its
 ECDF stays inside the simultaneous band (Säilynoja et al. 2022, through ArviZ) and a
@@ -202,6 +206,8 @@ def pyro_arrays(run, batch, draws: int, distort=None) -> dict:
     batch = batch.to(model_device(model))
     sim, value, weights = simulate(model, batch)
     fam = model.family
+    if getattr(fam, "tree", False):
+        return _tree_arrays(model, site, m, sim, value, draws, distort)
     out = {"sim": sim, "mask": sim.tgt_mask.cpu().numpy()}
     if "exact-posterior" in capabilities(model):
         out["exact_probs"] = exact_posterior(model, sim).cpu().numpy()
@@ -229,6 +235,24 @@ def pyro_arrays(run, batch, draws: int, distort=None) -> dict:
     out["q_values"] = torch.stack(values).cpu().numpy()
     out["logq_draws"] = torch.stack(logq).cpu().numpy()
     out["logq_truth"] = _per_pair_log_prob(node["fn"], value, sim.tgt_mask).cpu().numpy()
+    return out
+
+
+def _tree_arrays(model, site, m, sim, value, draws, distort) -> dict:
+    """:func:`pyro_arrays` for a tree family, per word instead of per token: ``truth`` the
+    simulated tree's heads ``[B, S]``, ``mask`` the real words, ``q_probs [B, S(word),
+    S(head)]`` q's arc marginals (each word's head distribution), ``logq_draws [L, B]`` /
+    ``logq_truth [B]`` the exact log q of L draws of q's trees and of the simulated one."""
+    S = sim.src.shape[1]
+    out = {"sim": sim, "mask": sim.src_mask.cpu().numpy(),
+           "truth": value.reshape(sim.size, S).cpu().numpy()}
+    guide = model.guide if distort is None else _Distort(site, distort)(model.guide)
+    fn = poutine.trace(guide).get_trace(sim, posterior=m.posterior).nodes[site]["fn"]
+    mu = fn.marginals.reshape(sim.size, S, S)
+    out["q_probs"] = mu.transpose(-1, -2).cpu().numpy()
+    tree_draws = fn.sample((draws,))
+    out["logq_draws"] = fn.log_prob(tree_draws).reshape(draws, sim.size).cpu().numpy()
+    out["logq_truth"] = fn.log_prob(value).reshape(sim.size).cpu().numpy()
     return out
 
 
@@ -325,6 +349,17 @@ def _continuous_rows(family, arrays, L, rng, seed):
     return pits, np.average(np.stack(cov), axis=0, weights=n_tok)
 
 
+def _joint_pits(arrays, L, rng) -> np.ndarray:
+    """PIT of log q(z* | x, y) among log q(z_l | x, y) of L joint draws, one per pair."""
+    out = []
+    for a in arrays:
+        for b in range(a["logq_truth"].shape[0]):
+            r = rank_with_ties(a["logq_draws"][:, b][:, None], np.array([a["logq_truth"][b]]),
+                               rng)
+            out.append(pit(r, L, rng)[0])
+    return np.asarray(out)
+
+
 def _row(name: str, pits: dict, coverage: np.ndarray) -> dict:
     tests = {k: uniformity(v) for k, v in pits.items()}
     p_min = min(t["p_value"] for t in tests.values())
@@ -404,7 +439,12 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     rows = []
     masks = [a["mask"] for a in arrays]
     if m.posterior != "none":
-        if fam.enumerable:
+        if getattr(fam, "tree", False):  # each word's head; the joint by exact tree log q
+            pits, cov = _discrete_rows([a["q_probs"] for a in arrays],
+                                       [a["truth"] for a in arrays], masks, draws, rng)
+            pits = {"per-word head": pits["per-token z"],
+                    "joint log q": _joint_pits(arrays, draws, rng)}
+        elif fam.enumerable:
             pits, cov = _discrete_rows([a["q_probs"] for a in arrays],
                                        [a["truth"] for a in arrays], masks, draws, rng)
         else:
@@ -418,12 +458,15 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
            "seed": seed, "levels": list(LEVELS), "rows": rows, "gold_coverage": None}
     if gold is not None:
         real = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
+        if getattr(fam, "tree", False):  # gold links align target tokens, not tree heads
+            real = []
         probs = [(backend_side.numpyro_probs(run, b) if numpyro else pyro_probs(run, b))
                  for b in real]
         gold_sets = [[gold[i] for i in b.index.tolist()] for b in real]
         rm = [b.tgt_mask.cpu().numpy() for b in real]
         out["gold_coverage"] = {k: _gold_coverage([p[k] for p in probs], gold_sets, rm)
-                                for k in ("q_probs", "exact_probs") if all(k in p for p in probs)}
+                                for k in ("q_probs", "exact_probs")
+                                if probs and all(k in p for p in probs)} or None
     return out
 
 

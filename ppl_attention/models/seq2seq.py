@@ -330,17 +330,19 @@ class Seq2SeqAlignment(AlignmentModel):
         """A draw from p(z, y | x) with the batch's target lengths — the decoder run on its own
         draws: at step t the prior scores e_t, z_t from the family's prior, y_t ~ softmax(W_o
         tanh(W_ch h_t + W_cv v(z_t))) — as ``(batch with the simulated targets, alignment values
-        [B, T, …], attention weights [B, T, S])`` (calibration's simulations; Pyro's RNG)."""
+        [B, T, …], attention weights [B, T, S])`` (calibration's simulations; Pyro's RNG). A tree
+        family draws one tree per source first (the values are its heads ``[B, 1, S]``)."""
         from .base import with_targets
 
         if self.markov:
             raise MissingCapability("simulating the Markov family's chain is not written: its "
                                     "draws would need the filter of every step")
-        if self.family.tree:
-            raise MissingCapability("simulating targets of a tree family is not written (its "
-                                    "tree is shared by every target step)")
         H = self.encode(batch.src, batch.src_mask)
         keys = self.score.project_keys(H)
+        if self.family.tree:  # one tree per source from the prior, then the targets given it
+            tree = self.family.tree_distribution(self.arc_score(H).unsqueeze(1), batch.src_mask)
+            z = tree.sample()  # [B, 1, S]
+            arcs = self.family.arcs(z, H.dtype)
         state = self.initial_state(H)
         mask = batch.src_mask.unsqueeze(1)  # [B, 1, S]
         prev = batch.tgt_in[:, 0]
@@ -348,8 +350,15 @@ class Seq2SeqAlignment(AlignmentModel):
         for t in range(batch.tgt_out.shape[1]):
             state, e = self.decoder_step(H, batch.src_mask, self.tgt_emb(prev), state, keys)
             e1 = e.unsqueeze(1)  # [B, 1, S]
-            fn = self.family.prior(e1, mask, keys=H, values=H)
-            if fn is None:
+            if self.family.tree:
+                w = masked_softmax(e1, mask)
+                v = value = self.family.tree_context(arcs, H, w)
+                fn = False
+            else:
+                fn = self.family.prior(e1, mask, keys=H, values=H)
+            if fn is False:
+                pass
+            elif fn is None:
                 value = w = self.family.deterministic_weights(e1, mask)
                 v = w @ H
             else:
@@ -362,6 +371,8 @@ class Seq2SeqAlignment(AlignmentModel):
             ys.append(y)
             values.append(value[:, 0])
             weights.append(w[:, 0])
+        if self.family.tree:  # the alignment value is the source's tree, heads [B, 1, S]
+            return with_targets(batch, torch.stack(ys, 1)), z, torch.stack(weights, 1)
         return (with_targets(batch, torch.stack(ys, 1)), torch.stack(values, 1),
                 torch.stack(weights, 1))
 

@@ -26,8 +26,8 @@ from .methods import enumerated_guide_loss, get_method, make_elbo
 from .twins import parameter_pairs, params_from_torch, twin_of
 
 __all__ = ["MULTIPLE", "model_and_params", "nll_per_token", "elbo_per_token",
-           "map_alignments", "alignment_links", "map_trees", "map_trees_by_index", "log_importance_weights", "jitted",
-           "jax_batches"]
+           "map_alignments", "alignment_links", "map_trees", "map_trees_by_index",
+           "log_importance_weights", "jitted", "jax_batches"]
 
 MULTIPLE = "bucket"  # S and T padded up to a few bucket lengths: few shapes, few compilations
 
