@@ -127,8 +127,9 @@ def attend(
             ``[..., T, S]``, while ``scores`` are then the tree's arc scores ``[..., 1, S, S]``
             (one tree per sentence: call ``attend`` inside the batch plate but outside the
             target plate) or ``[..., T, S, S]`` (one per query, inside both) — see
-            :class:`~ppl_attention.families.Tree`. A guide may leave it out (it returns no
-            context then).
+            :class:`~ppl_attention.families.Tree`. Without it, ``attend`` returns ``(None,
+            tree)``: the sampled heads (the arc marginals for ``TreeMarginals``), for a guide
+            or a model whose emission reads the tree itself.
 
     Returns:
         ``(context, weights)``: context ``[..., T, dv]`` (with enumeration dims on the left when
@@ -216,9 +217,6 @@ def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask
                             f"[..., T, S] beside arc scores {_shape(scores)}")
         _check_inputs(attention, values)
         weights = family.deterministic_weights(attention, broadcast_source_mask(mask, attention))
-    elif not guide:
-        raise UserError(f"the {family.name!r} family needs attention= (the query's word scores "
-                        f"[..., T, S]) in a model")
     tree = family.tree_distribution(scores, mask)  # the prior or (guide) the posterior
     if family.deterministic:  # TreeMarginals: the exact arc marginals, nothing sampled
         value, arcs = None, tree.marginals
@@ -226,6 +224,6 @@ def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask
         value = pyro.sample(name, tree, infer=dict(infer) if infer else {})
         arcs = family.arcs(value, scores.dtype)
     record(name, guide, scores, mask, weights, value, family)
-    if weights is None:
-        return None, None
+    if weights is None:  # no query: the tree itself (heads, or the marginals)
+        return None, (value if value is not None else arcs)
     return family.tree_context(arcs, values, weights), weights

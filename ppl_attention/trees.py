@@ -53,7 +53,8 @@ from .core.trees import check_trees, chu_liu_edmonds, enumerate_trees
 from .distributions import categorical_draws
 from .errors import UserError
 
-__all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "FLOOR"]
+__all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
+           "tree_posterior", "FLOOR"]
 
 FLOOR = -1e30  # finite log 0 (as in MonotonicAlignment): no NaN in gradients
 
@@ -314,7 +315,7 @@ class DependencyTree(TorchDistribution):
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """log p(z) = score(z) − log Z for ``heads [..., N]`` (checked to be trees of this
         kind and these lengths, validation on)."""
-        if self._validate_args:
+        if self._validate_args and value.device.type != "meta":
             self._validate_sample(value)
             shape = torch.broadcast_shapes(value.shape[:-1], self.batch_shape)
             check_trees(value.expand(shape + (self.N,)).detach().cpu().numpy(),
@@ -413,3 +414,15 @@ def kl_dependency_tree(p: DependencyTree, q: DependencyTree) -> torch.Tensor:
                                                           q.lengths.expand(shape)):
         raise UserError("KL(DependencyTree ‖ DependencyTree) needs the same lengths on both sides")
     return (p.marginals * (p.theta - q.theta)).sum((-1, -2)) - p.log_partition + q.log_partition
+
+
+def tree_posterior(prior: DependencyTree, emission: torch.Tensor) -> DependencyTree:
+    """p(z | x, y) for an emission that factors over arcs, log p(y | z, x) = Σ_{(h→m) ∈ z}
+    emission[h, m] (``[..., N, N]``, the diagonal for root arcs): the tree of θ + φ."""
+    return prior._same_kind(prior.theta + emission)
+
+
+def tree_log_likelihood(prior: DependencyTree, emission: torch.Tensor) -> torch.Tensor:
+    """log p(y | x) = log Σ_z p(z | x) p(y | z, x) = log Z(θ + φ) − log Z(θ) ``[...]`` for an
+    emission that factors over arcs (see :func:`tree_posterior`); exact, differentiable."""
+    return tree_posterior(prior, emission).log_partition - prior.log_partition

@@ -354,7 +354,7 @@ def _scores():
             torch.ones(B, T, dtype=torch.bool, device=META))
 
 
-ATTENDED = [n for n, cls in FAMILIES.items() if not cls.markov]
+ATTENDED = [n for n, cls in FAMILIES.items() if not cls.markov and not cls.tree]
 
 
 @pytest.mark.parametrize("guide", [False, True], ids=["prior", "guide"])
@@ -382,6 +382,30 @@ def test_every_family_through_attend_on_meta(meta, name, guide):
         if family.enumerable:
             enumerated = poutine.trace(poutine.enum(program, first_available_dim=-3))
             _all_meta(enumerated.get_trace(enumerate_z=True).nodes["align"]["value"])
+
+
+@pytest.mark.parametrize("guide", [False, True], ids=["prior", "guide"])
+@pytest.mark.parametrize("name", [n for n, cls in FAMILIES.items() if cls.tree])
+def test_tree_families_through_attend_on_meta(meta, name, guide):
+    """A tree family's site (one tree per source, inside the batch plate only), its
+    log-density, context and weights on meta; the tree's marginals, MAP and draws too."""
+    family = pa.make_family(name).to(META)
+    scores, values, mask, _ = _scores()
+    arcs = torch.empty(B, 1, S, S, device=META)
+
+    def program():
+        with pyro.plate("batch", B, dim=-2):
+            return pa.attend("align", arcs, values, family, mask=mask, guide=guide,
+                             attention=scores)
+
+    with meta:
+        trace = poutine.trace(program).get_trace()
+        trace.compute_log_prob()
+        _all_meta(program(), [s["log_prob"] for s in trace.nodes.values()
+                              if s["type"] == "sample" and not site_is_subsample(s)])
+        tree = family.tree_distribution(arcs, mask)
+        _all_meta(tree.log_partition, tree.marginals, tree.entropy(), tree.argmax(),
+                  tree.sample((2,)))
 
 
 def test_the_markov_familys_tables_on_meta(meta):

@@ -151,9 +151,6 @@ def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask
                             f"[..., T, S] beside arc scores {list(scores.shape)}")
         _check_inputs(attention, values)
         weights = family.deterministic_weights(attention, broadcast_source_mask(mask, attention))
-    elif not guide:
-        raise UserError(f"the {family.name!r} family needs attention= (the query's word scores "
-                        f"[..., T, S]) in a model")
     tree = family.tree_distribution(scores, mask)
     if family.deterministic:
         value, arcs = None, tree.marginals
@@ -161,6 +158,6 @@ def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask
         value = numpyro.sample(name, tree, infer=dict(infer) if infer else {})
         arcs = family.arcs(value, scores.dtype)
     record(name, guide, scores, mask, weights, value, family)
-    if weights is None:
-        return None, None
+    if weights is None:  # no query: the tree itself (heads, or the marginals)
+        return None, (value if value is not None else arcs)
     return family.tree_context(arcs, values, weights), weights

@@ -18,7 +18,8 @@ from numpyro.distributions.kl import kl_divergence
 from ..core.trees import check_trees, chu_liu_edmonds, enumerate_trees
 from ..errors import UserError
 
-__all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "FLOOR"]
+__all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
+           "tree_posterior", "FLOOR"]
 
 FLOOR = -1e30
 
@@ -327,3 +328,14 @@ def kl_dependency_tree(p, q):
             *np.broadcast_arrays(np.asarray(p.lengths), np.asarray(q.lengths))):
         raise UserError("KL(DependencyTree ‖ DependencyTree) needs the same lengths on both sides")
     return (p.marginals * (p.theta - q.theta)).sum((-1, -2)) - p.log_partition + q.log_partition
+
+
+def tree_posterior(prior: DependencyTree, emission) -> DependencyTree:
+    """p(z | x, y) = the tree of θ + φ (:func:`ppl_attention.trees.tree_posterior`)."""
+    return DependencyTree(prior.theta + emission, prior.lengths, projective=prior.projective,
+                          single_root=prior.single_root)
+
+
+def tree_log_likelihood(prior: DependencyTree, emission):
+    """log p(y | x) = log Z(θ + φ) − log Z(θ) (:func:`ppl_attention.trees.tree_log_likelihood`)."""
+    return tree_posterior(prior, emission).log_partition - prior.log_partition
