@@ -17,7 +17,7 @@ from ..inference.experiment import report
 from ..inference.run import Run
 from ..models.base import capabilities, declared, require
 from ..models.registry import load_model_class
-from .options import add_backend, add_device
+from .options import add_backend, add_device, add_posterior, posterior_options
 
 
 def get_backend_checked(name: str, run):
@@ -82,6 +82,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--samples", type=int,
                    help="posterior draws for ECE / PAvPU (image and graph models; default 20)")
     p.add_argument("--json", action="store_true")
+    add_posterior(p)
     add_backend(p)
     add_run_model(p)
     p.set_defaults(fn=cmd_evaluate)
@@ -90,6 +91,9 @@ def add_parsers(sub) -> None:
                                      "family: each source's MAP tree in CoNLL-U)")
     p.add_argument("run")
     p.add_argument("--data", required=True, help="a TSV file of pairs")
+    add_posterior(p)
+    p.add_argument("--khat", metavar="FILE", help="with --posterior importance: write each "
+                   "pair's k̂ to FILE, one a line (nan where not estimated)")
     add_backend(p)
     add_run_model(p)
     p.set_defaults(fn=cmd_align)
@@ -112,8 +116,13 @@ def cmd_evaluate(args) -> int:
         raise UserError(f"--beam must be at least 1, got {args.beam}")
     if args.iwae_k is not None and args.iwae_k < 1:
         raise UserError(f"--iwae-k must be at least 1, got {args.iwae_k}")
+    importance = posterior_options(args)
     run = load_run(args.run, args)
     get_backend_checked(args.backend or run.backend, run)
+    if importance:
+        from ..importance import check_importance
+
+        check_importance(run, importance["samples"])
     split = eval_split(run, args)
     has_refs = bool(getattr(split, "references", None))
     if (args.ensemble or args.beam != 1) and not has_refs:
@@ -131,10 +140,16 @@ def cmd_evaluate(args) -> int:
 
         check_ensemble([run, *ensemble])
     rep = report(run, split, run.config.get("data", {}), backend=args.backend or run.backend,
-                 iwae_k=args.iwae_k, samples=args.samples, beam=args.beam, ensemble=ensemble)
+                 iwae_k=args.iwae_k, samples=args.samples, beam=args.beam, ensemble=ensemble,
+                 importance=importance)
     if rep.get("n_unk"):
         print(f"note: {rep['n_unk']} token(s) unseen in training were mapped to <unk>",
               file=sys.stderr)
+    if importance and rep["khat_unreliable"]:
+        from ..importance import unreliable_note
+
+        print(unreliable_note([f"pair {i + 1}" for i in rep["khat_unreliable"]], rep["n_pairs"],
+                              importance["threshold"]), file=sys.stderr)
     print_report(rep, args.json)
     return 0
 
@@ -150,6 +165,9 @@ def print_report(rep: dict, as_json: bool) -> None:
 
 
 def cmd_align(args) -> int:
+    importance = posterior_options(args)
+    if args.khat and not importance:
+        raise UserError("--khat writes the k̂ of --posterior importance; give that too")
     run = load_run(args.run, args)
     require(run.model, "alignment", tool="align")
     pairs = read_tsv(args.data)
@@ -170,7 +188,10 @@ def cmd_align(args) -> int:
     else:
         get_backend_checked("pyro", run)
         links_fn = alignment_links
-    if getattr(run.model.family, "tree", False):  # the source's MAP tree, in CoNLL-U
+    tree = getattr(run.model.family, "tree", False)
+    if importance:
+        return _align_importance(run, backend, pairs, batches, importance, args.khat, tree)
+    if tree:  # the source's MAP tree, in CoNLL-U
         from ..backends import get_backend
         from ..data.conllu import format_conllu
 
@@ -180,6 +201,57 @@ def cmd_align(args) -> int:
         return 0
     links = links_fn(run, batches)
     sys.stdout.write("".join(format_pharaoh(links[i]) + "\n" for i in range(len(pairs))))
+    return 0
+
+
+def _align_importance(run, backend, pairs, batches, importance, khat_file, tree) -> int:
+    """``align --posterior importance``: the corrected posterior's MAP (links, or the best tree
+    under its arc marginals), k̂ per pair to ``khat_file`` and a warning naming the unreliable
+    ones."""
+    from ..backends import get_backend
+    from ..data.conllu import format_conllu
+    from ..importance import check_importance, corrected_alignments, unreliable_note
+
+    ops = get_backend(backend)
+    ops.check_run(run)
+    k = importance["samples"]
+    check_importance(run, k, max((b.size, b.tgt_out.shape[1], b.src.shape[1]) for b in batches))
+    tree_map = None
+    if tree:
+        import numpy as np
+
+        from ..core.trees import chu_liu_edmonds
+
+        fam = run.model.family
+
+        def tree_map(marginals, lengths):  # the tree of most expected correct arcs
+            if fam.projective:
+                import torch
+
+                from ..trees import DependencyTree
+
+                best = DependencyTree(torch.as_tensor(marginals), torch.as_tensor(lengths),
+                                      single_root=fam.single_root).argmax()
+                return [best[r, :L].tolist() for r, L in enumerate(lengths)]
+            return [chu_liu_edmonds(np.asarray(m), L, single_root=fam.single_root)[:L].tolist()
+                    for m, L in zip(marginals, lengths)]
+    res = corrected_alignments(lambda b, kk, seed: ops.importance_arrays(run, b, kk, seed),
+                               batches, k, tree_map=tree_map)
+    if tree:
+        sys.stdout.write("".join(format_conllu(pairs[i][0], res["trees"][i], i + 1)
+                                 for i in range(len(pairs))))
+    else:
+        sys.stdout.write("".join(format_pharaoh(res["links"][i]) + "\n"
+                                 for i in range(len(pairs))))
+    khat = [res["khat"][i] for i in range(len(pairs))]
+    if khat_file:
+        from ..data.corpus import atomic_write_text
+
+        atomic_write_text(Path(khat_file), "".join(f"{v:.4f}\n" for v in khat))
+    note = unreliable_note([f"line {i + 1}" for i, v in enumerate(khat)
+                            if v > importance["threshold"]], len(pairs), importance["threshold"])
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 

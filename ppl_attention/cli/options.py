@@ -199,3 +199,39 @@ def known_kinds() -> str:
 
 def eprint(*a) -> None:
     print(*a, file=sys.stderr)
+
+
+def add_posterior(p) -> None:
+    """``--posterior default|importance`` and its draws and threshold (see
+    :mod:`ppl_attention.importance`)."""
+    from ..importance import DEFAULT_SAMPLES, KHAT_THRESHOLD, POSTERIORS
+
+    p.add_argument("--posterior", choices=POSTERIORS, default="default",
+                   help="the posterior the tool reads: default (the exact one where the model "
+                   "has it, else the guide) or importance (the guide corrected by "
+                   "Pareto-smoothed importance sampling, with k̂ per sentence)")
+    p.add_argument("--importance-samples", type=int, metavar="K",
+                   help=f"draws of the guide per sentence for --posterior importance (default "
+                   f"{DEFAULT_SAMPLES})")
+    p.add_argument("--khat-threshold", type=float,
+                   help=f"k̂ above which a sentence's corrected posterior is flagged unreliable "
+                   f"(default {KHAT_THRESHOLD})")
+
+
+def posterior_options(args) -> dict | None:
+    """``{"samples": K, "threshold": t}`` for ``--posterior importance``, None for the default
+    posterior; the importance options without it are refused (they would be ignored)."""
+    from ..importance import DEFAULT_SAMPLES, KHAT_THRESHOLD, check_samples
+
+    given = [f for f, v in (("--importance-samples", args.importance_samples),
+                            ("--khat-threshold", args.khat_threshold)) if v is not None]
+    if args.posterior != "importance":
+        if given:
+            raise UserError(f"{given[0]} applies to --posterior importance only")
+        return None
+    k = check_samples(DEFAULT_SAMPLES if args.importance_samples is None
+                      else args.importance_samples)
+    t = KHAT_THRESHOLD if args.khat_threshold is None else args.khat_threshold
+    if not 0.0 < t < 10.0:
+        raise UserError(f"--khat-threshold must be a number in (0, 10), got {t}")
+    return {"samples": k, "threshold": t}

@@ -129,3 +129,13 @@ def method_spec(name: str) -> MethodSpec:
         return METHOD_SPECS[name]
     except KeyError:
         raise UserError(f"unknown method {name!r}; valid: {', '.join(METHOD_SPECS)}") from None
+
+
+def guide_posterior(method: str, model) -> str:
+    """The guide a run of ``method`` on ``model`` reads its posterior from ("inference" or
+    "prior"): the method's own, or for a method without one (an exact method) the model's
+    inference network where it offers one — both backends' evaluation by importance sampling."""
+    p = method_spec(method).posterior
+    if p != "none":
+        return p
+    return "inference" if "inference" in getattr(model, "posteriors", POSTERIORS) else "prior"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from ..contract import declared
 from ..errors import UserError
+from ..importance import check_importance
 from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
 from .fit import fit
+from .importance import importance_arrays
 
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
-           "map_trees_by_index"]
+           "map_trees_by_index", "importance_arrays", "check_importance"]
 
 NAME = "pyro"
 

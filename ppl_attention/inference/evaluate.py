@@ -20,6 +20,7 @@ from pyro.poutine.util import site_is_subsample
 
 from ..attend import recording
 from ..backends import get_backend
+from ..core.methods import guide_posterior as core_guide_posterior
 from ..core.progress import progress_bar
 from ..errors import UserError
 from ..metrics import aer
@@ -36,10 +37,7 @@ __all__ = ["evaluate", "map_trees", "map_trees_by_index", "tree_scores", "nll_pe
 def guide_posterior(run: Run) -> str:
     """The guide the run's method trained ("inference" or "prior"); an exact method has none,
     and its evaluation by importance sampling uses the model's inference network."""
-    p = get_method(run.method).posterior
-    if p != "none":
-        return p
-    return "inference" if "inference" in declared(run.model, "posteriors") else "prior"
+    return core_guide_posterior(run.method, run.model)
 
 
 def token_log_likelihood(run: Run, batch) -> torch.Tensor:
@@ -221,7 +219,8 @@ def evaluate(run: Run, batches: list, gold: list | None = None,
              log_likelihood: list[float] | None = None, iwae_k: int = 10,
              with_elbo: bool = True, backend: str = "pyro",
              references: dict | None = None, beam: int = 1, ensemble: list | None = None,
-             gold_trees: list | None = None, decode_pairs: list | None = None) -> dict:
+             gold_trees: list | None = None, decode_pairs: list | None = None,
+             importance: dict | None = None) -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold, for models with the ``alignment`` capability),
     ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
@@ -234,7 +233,10 @@ def evaluate(run: Run, batches: list, gold: list | None = None,
     numbers stay ``run``'s. ``gold_trees`` (the gold heads of each source, corpus order) adds
     ``uas`` of the MAP trees for a tree family; ``decode_pairs`` (source, target) adds
     ``prefix_accuracy`` — the share of target tokens greedy decoding gets right before its
-    first error — and ``sequence_accuracy`` (exact match), for models with ``predictive``."""
+    first error — and ``sequence_accuracy`` (exact match), for models with ``predictive``.
+    ``importance`` (``{"samples": K, "threshold": t}``) adds the evaluation by the guide's
+    importance-corrected posterior (:func:`ppl_attention.importance.evaluate_importance`:
+    IWAE-K and ELBO of the same draws, k̂ per sentence, the corrected MAP's AER)."""
     ops = get_backend(backend)
     ops.check_run(run)
     pyro.clear_param_store()
@@ -271,6 +273,15 @@ def evaluate(run: Run, batches: list, gold: list | None = None,
         from .decode import prefix_accuracy
 
         report.update(prefix_accuracy(run, decode_pairs, progress=True))
+    if importance is not None:
+        from ..importance import evaluate_importance
+
+        ops.check_importance(run, importance["samples"], max(
+            (b.size, b.tgt_out.shape[1], b.src.shape[1]) for b in batches))
+        report.update(evaluate_importance(
+            lambda b, k, seed: ops.importance_arrays(run, b, k, seed), batches,
+            importance["samples"], importance["threshold"], gold,
+            tree=getattr(run.model.family, "tree", False)))
     if log_likelihood is not None:
         report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
     if references and "predictive" in caps:

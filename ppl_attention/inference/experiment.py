@@ -140,7 +140,8 @@ def eval_batches(kind, split, vocabs: dict, model, source: dict, batch_size: int
 
 
 def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int | None = None,
-           samples: int | None = None, beam: int = 1, ensemble: list | None = None) -> dict:
+           samples: int | None = None, beam: int = 1, ensemble: list | None = None,
+           importance: dict | None = None) -> dict:
     """The report of ``run`` on ``split`` of its data kind: for token data (pairs, sequences)
     :func:`~ppl_attention.inference.evaluate.evaluate` plus the model's ``extra_report``; for
     labelled data (images, graphs) the model's ``extra_report`` (accuracy, calibration)."""
@@ -148,16 +149,17 @@ def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int 
     kind = data_kind(declared(model, "data"))
     extra = getattr(model, "extra_report", None)
     if is_global_method(run.method):  # posterior draws of global latents: Bayesian report
-        if iwae_k is not None or beam != 1 or ensemble or samples is not None:
-            raise UserError(f"--iwae-k, --beam, --ensemble and --samples do not apply to a "
-                            f"{run.method} run: its NLL is the posterior predictive")
+        if iwae_k is not None or beam != 1 or ensemble or samples is not None or importance:
+            raise UserError(f"--iwae-k, --beam, --ensemble, --samples and --posterior "
+                            f"importance do not apply to a {run.method} run: its NLL is the "
+                            f"posterior predictive")
         batches = eval_batches(kind, split, {"src_vocab": run.src_vocab,
                                              "tgt_vocab": run.tgt_vocab}, model, source)
         return get_backend("numpyro").global_report(run, batches, getattr(split, "gold", None))
     if not kind.token_data:
-        if iwae_k is not None or beam != 1 or ensemble:
-            raise UserError(f"--iwae-k, --beam and --ensemble score token data; "
-                            f"{type(model).__name__} reads {kind.name} data")
+        if iwae_k is not None or beam != 1 or ensemble or importance:
+            raise UserError(f"--iwae-k, --beam, --ensemble and --posterior importance score "
+                            f"token data; {type(model).__name__} reads {kind.name} data")
         if not callable(extra):
             raise MissingCapability(f"{type(model).__name__} reads {kind.name} data and has no "
                                     f"extra_report(test, samples) to score it")
@@ -171,7 +173,8 @@ def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int 
                    log_likelihood=getattr(split, "log_likelihood", None), iwae_k=iwae_k or 10,
                    backend=backend, references=getattr(split, "references", None), beam=beam,
                    ensemble=ensemble, gold_trees=getattr(split, "trees", None),
-                   decode_pairs=split.pairs if getattr(split, "decode_metrics", False) else None)
+                   decode_pairs=split.pairs if getattr(split, "decode_metrics", False) else None,
+                   importance=importance)
     if callable(extra):
         out.update(extra(batches, **({"iwae_k": iwae_k} if iwae_k else {})))
     return out

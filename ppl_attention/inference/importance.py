@@ -1,0 +1,64 @@
+"""The importance-corrected posterior under Pyro: K draws of a run's guide per sentence, their
+log weights by the model's own densities, and the values the link marginals average — the
+arrays :mod:`ppl_attention.importance` smooths and weighs (its docstring has the maths)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyro
+import torch
+from pyro import poutine
+
+from ..attend import recording
+from ..errors import UserError
+from ..importance import check_importance
+from ..models.base import declared
+from ..models.device import model_device
+from .evaluate import _per_pair, guide_posterior
+
+__all__ = ["importance_arrays", "check_importance"]
+
+
+def _values(model, call, node, batch) -> torch.Tensor:
+    """What one draw contributes to the link marginals: the attention weights ``[B, T, S]``
+    (one-hot of a categorical z), or for a tree family the arc indicators ``[B, S, S]``."""
+    fam = model.family
+    S = batch.src.shape[1]
+    if getattr(fam, "tree", False):
+        heads = node["value"].reshape(batch.size, -1, S)[:, 0]
+        return torch.nn.functional.one_hot(heads.long(), S).transpose(-1, -2).float()
+    if fam.enumerable:
+        return torch.nn.functional.one_hot(node["value"].long(), S).float()
+    return call.weights.float()
+
+
+@torch.no_grad()
+def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
+    """``log_w [K, B]`` (float64), ``log_q [K, B]`` and ``values [K, B, …]`` of K draws of the
+    run's guide on ``batch`` (numpy), with Pyro's RNG seeded by ``seed``; ``draws`` (the guide
+    site's K values, ``[K, …]``) fixes the draws instead (backends compared on the same ones)."""
+    model = run.model
+    batch = batch.to(model_device(model))
+    site = declared(model, "site")
+    post = guide_posterior(run)
+    pyro.set_rng_seed(seed)
+    log_w, log_q, values = [], [], []
+    for i in range(k):
+        guide = model.guide if draws is None else poutine.condition(
+            model.guide, data={site: torch.as_tensor(np.asarray(draws[i]),
+                                                     device=batch.src.device)})
+        with recording() as calls, poutine.block():
+            g = poutine.trace(guide).get_trace(batch, posterior=post)
+            mt = poutine.trace(poutine.replay(model.model, trace=g)).get_trace(batch)
+        g.compute_log_prob()
+        mt.compute_log_prob()
+        lq = _per_pair(g, batch)
+        log_w.append(_per_pair(mt, batch) - lq)
+        log_q.append(lq)
+        call = next((c for c in calls if c.name == site and c.guide), None)
+        if call is None:
+            raise UserError(f"the guide wrote no site {site!r} (declare the model's `site`)")
+        values.append(_values(model, call, g.nodes[site], batch))
+    return {"log_w": torch.stack(log_w).double().cpu().numpy(),
+            "log_q": torch.stack(log_q).double().cpu().numpy(),
+            "values": torch.stack(values).cpu().numpy().astype(np.float32)}

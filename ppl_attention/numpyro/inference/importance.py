@@ -1,0 +1,100 @@
+"""The importance-corrected posterior under NumPyro: the arrays of
+:func:`ppl_attention.inference.importance.importance_arrays` (the same maths), K draws of the
+guide by one jitted, vmapped function."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+
+from ...contract import declared
+from ...core.methods import guide_posterior
+from ...core.records import recording
+from ...errors import UserError
+from ..batching import to_jax
+from .evaluate import MULTIPLE, _per_pair, jitted, model_and_params
+
+__all__ = ["importance_arrays"]
+
+
+def _values(fam, call, value, S):
+    if getattr(fam, "tree", False):
+        heads = value.reshape(value.shape[0], -1, S)[:, 0]
+        return jnp.swapaxes(jax.nn.one_hot(heads, S), -1, -2)
+    if fam.enumerable:
+        return jax.nn.one_hot(value, S)
+    return call.weights
+
+
+def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
+    """``log_w [K, B]``, ``log_q [K, B]``, ``values [K, B, …]`` (numpy) of K draws of the run's
+    guide on ``batch``; ``draws`` fixes the guide site's values ``[K, …]`` (padded to the jitted
+    batch shape here)."""
+    jb = to_jax(batch, None, MULTIPLE)
+    model, params = model_and_params(run, jb)
+    post = guide_posterior(run.method, run.model)
+    site = declared(model, "site")
+    fam = model.family
+    Bp, Sp = jb.src.shape
+
+    def build():
+        def one(params, b, key, z):
+            guide = functools.partial(model.guide, posterior=post)
+            if z is not None:
+                guide = handlers.substitute(guide, data={site: z})
+            with recording() as calls:
+                g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), key)
+                                   ).get_trace(b)
+            mt = handlers.trace(handlers.seed(handlers.replay(
+                handlers.substitute(model.model, data=params), g), key)).get_trace(b)
+            lq = _per_pair(g, Bp)
+            call = next((c for c in calls if c.name == site and c.guide), None)
+            if call is None:
+                raise UserError(f"the guide wrote no site {site!r} (declare the model's `site`)")
+            return _per_pair(mt, Bp) - lq, lq, _values(fam, call, g[site]["value"], Sp)
+
+        def fn(params, b, keys, zs):
+            return jax.vmap(lambda kk, z: one(params, b, kk, z))(keys, zs)
+
+        def fn_free(params, b, keys):
+            return jax.vmap(lambda kk: one(params, b, kk, None))(keys)
+        return fn, fn_free
+
+    fixed, free = jitted(model, f"importance-{post}", build)
+    keys = jax.random.split(jax.random.PRNGKey(seed), k)
+    if draws is None:
+        lw, lq, values = free(params, jb, keys)
+    else:
+        lw, lq, values = fixed(params, jb, keys, _pad_draws(np.asarray(draws), jb, fam, batch))
+    B, T, S = batch.size, batch.tgt_out.shape[1], batch.src.shape[1]
+    values = np.asarray(values, np.float32)
+    values = values[:, :B, :S, :S] if getattr(fam, "tree", False) else values[:, :B, :T, :S]
+    return {"log_w": np.asarray(lw, np.float64)[:, :B], "log_q": np.asarray(lq, np.float64)[:, :B],
+            "values": values}
+
+
+def _pad_draws(z: np.ndarray, jb, fam, batch) -> jnp.ndarray:
+    """The guide site's values of the unpadded batch, placed in the jitted batch's shape (a
+    padded position keeps a valid value: position 0, a one-hot at 0, its own index)."""
+    K = z.shape[0]
+    Bp, Tp = jb.tgt_out.shape
+    Sp = jb.src.shape[1]
+    B, T, S = batch.size, batch.tgt_out.shape[1], batch.src.shape[1]
+    if getattr(fam, "tree", False):
+        out = np.broadcast_to(np.arange(Sp), (K, Bp, 1, Sp)).copy()
+        out[:, :B, :, :S] = z.reshape(K, B, 1, S)
+    elif z.ndim == 3:  # an index per target
+        out = np.zeros((K, Bp, Tp), z.dtype)
+        out[:, :B, :T] = z
+    elif z.shape[-1] == S:  # a point over the positions
+        out = np.zeros((K, Bp, Tp, Sp), z.dtype)
+        out[..., 0] = 1.0
+        out[:, :B, :T, :S] = z
+    else:  # a context vector
+        out = np.zeros((K, Bp, Tp, z.shape[-1]), z.dtype)
+        out[:, :B, :T] = z
+    return jnp.asarray(out)
