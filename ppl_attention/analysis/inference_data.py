@@ -193,12 +193,20 @@ def _tree_arrays(run, batch, K: int, generator: torch.Generator) -> dict:
 
 
 def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_size: int = 64,
-                      progress: bool = True):
+                      progress: bool = True, importance: dict | None = None):
     """``arviz.InferenceData`` of the alignments of ``pairs`` (a list of (source, target) token
     lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run`` — a NumPyro
     model's run through the NumPyro contract
-    (:func:`ppl_attention.numpyro.inference.posterior.alignment_arrays`), the same groups."""
+    (:func:`ppl_attention.numpyro.inference.posterior.alignment_arrays`), the same groups.
+
+    ``importance`` (``{"samples": K, "threshold": t}``): ``posterior`` holds ``num_samples``
+    draws resampled from the guide's importance-corrected posterior (K draws per pair, PSIS;
+    :mod:`ppl_attention.importance`) and their log-likelihoods, and a group ``importance``
+    holds each pair's ``khat`` and the K draws' ``log_weights`` and normalized ``weights``."""
     import xarray as xr
+
+    from ..backends import get_backend
+    from ..importance import check_importance, correct
 
     if not isinstance(num_samples, int) or num_samples <= 0:
         raise UserError(f"num_samples must be a positive int, got {num_samples!r}")
@@ -207,6 +215,13 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     if not pairs:
         raise UserError("no pairs to analyse")
     numpyro = run.backend == "numpyro"
+    if importance is not None:
+        ops = get_backend(run.backend)
+        check_importance(run, importance["samples"])
+        imp_rng = np.random.default_rng(seed)
+        imp_khat = np.full(len(pairs), np.nan)
+        imp_lw = np.full((len(pairs), importance["samples"]), np.nan)
+        imp_w = np.full((len(pairs), importance["samples"]), np.nan)
     if numpyro:
         from ..numpyro.inference.posterior import alignment_arrays as numpyro_arrays
     else:
@@ -229,6 +244,23 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
             arr = numpyro_arrays(run, b, K, int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
         else:
             arr = alignment_arrays(run, b.to(model_device(run.model)), K, g)
+        if importance is not None:  # the posterior draws: resampled from the corrected one
+            imp = ops.importance_arrays(run, b, importance["samples"],
+                                        int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+            c = correct(imp["log_w"], imp["values"], imp_rng, resamples=K)
+            cols = np.arange(b.size)[None, :]
+            drawn = imp["values"][c["resampled"], cols]
+            if arr.get("heads") is not None:  # a tree: heads from the arc indicators
+                S_b = b.src.shape[1]
+                real = np.arange(S_b) < b.src_mask.sum(-1).numpy()[:, None]
+                arr["heads"] = np.where(real[None], drawn.argmax(-2), np.arange(S_b))
+                arr["arc_marginals"] = c["marginals"]
+            else:
+                arr["posterior"] = drawn
+            arr["log_lik"] = imp["token_ll"][c["resampled"], cols]
+            for r, i in enumerate(b.index.tolist()):
+                imp_khat[i], imp_lw[i], imp_w[i] = c["khat"][r], imp["log_w"][:, r], \
+                    c["weights"][:, r]
         for r, i in enumerate(b.index.tolist()):
             s_len, t_len = int(b.src_mask[r].sum()), int(b.tgt_mask[r].sum())
             post[:, i, :t_len, :s_len] = arr["posterior"][:, r, :t_len, :s_len]
@@ -305,6 +337,17 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
         ds = xr.Dataset({"alignment": (dims5, exact)},
                         coords={k: coords[k] for k in dims5} | extra)
         idata.add_groups({"exact_posterior": ds}, warn_on_custom_groups=False)
+    if importance is not None:
+        ds = xr.Dataset({"khat": (("pair",), imp_khat),
+                         "log_weights": (("pair", "particle"), imp_lw),
+                         "weights": (("pair", "particle"), imp_w)},
+                        coords={"pair": coords["pair"],
+                                "particle": np.arange(importance["samples"])},
+                        attrs={"khat_threshold": importance["threshold"],
+                               "importance_samples": importance["samples"]})
+        idata.add_groups({"importance": ds}, warn_on_custom_groups=False)
+        for group in ("posterior",):
+            idata[group].attrs["posterior"] = "importance"
     if trees is not None:  # p(head of word m is h): the tree the posterior heads come from
         ds = xr.Dataset({"arcs": (("pair", "head_pos", "source_pos"), trees["arc_marginals"])},
                         coords={"pair": coords["pair"], "head_pos": np.arange(S),

@@ -15,6 +15,7 @@ from ..data.corpus import atomic_write_text
 from ..errors import DataError, UserError
 from ..models.base import require
 from .evaluate import add_eval_data, add_run_model, eval_split, load_run
+from .options import add_posterior, posterior_options
 
 
 def add_parsers(sub) -> None:
@@ -25,6 +26,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--num-samples", type=int, default=100)
     p.add_argument("--pair", type=int, default=0, help="the pair drawn as heatmaps")
     p.add_argument("--seed", type=int, default=0)
+    add_posterior(p)
     add_run_model(p)
     p.set_defaults(fn=cmd_analyze)
 
@@ -39,6 +41,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="where calibration.{json,md,png} go (default: the run "
                    "directory)")
+    add_posterior(p)
     add_run_model(p)
     p.set_defaults(fn=cmd_calibrate)
 
@@ -74,7 +77,15 @@ def cmd_analyze(args) -> int:
 
     if args.num_samples <= 0:
         raise UserError(f"--num-samples must be at least 1, got {args.num_samples}")
+    importance = posterior_options(args)
     run = load_run(args.run, args)
+    if importance:
+        from ..importance import check_importance
+
+        if is_global_method(run.method):
+            raise UserError(f"--posterior importance: {run.method} infers global latents (its "
+                            f"posterior draws are MCMC's or an autoguide's)")
+        check_importance(run, importance["samples"])
     split = _analysis_split(run, args, args.run)
     if not 0 <= args.pair < len(split.pairs):
         raise UserError(f"--pair {args.pair} is out of range: the data has {len(split.pairs)} "
@@ -91,7 +102,16 @@ def cmd_analyze(args) -> int:
                                                         run.tgt_vocab, 64))
     else:
         idata = to_inference_data(run, split.pairs, num_samples=args.num_samples,
-                                  seed=args.seed)
+                                  seed=args.seed, importance=importance)
+        if importance:
+            from ..importance import unreliable_note
+
+            khat = idata["importance"]["khat"].values
+            note = unreliable_note([f"pair {i}" for i, v in enumerate(khat)
+                                    if v > importance["threshold"]], len(khat),
+                                   importance["threshold"])
+            if note:
+                print(note, file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".posterior.nc.tmp-")
@@ -126,13 +146,18 @@ def cmd_analyze(args) -> int:
 def cmd_calibrate(args) -> int:
     from ..analysis.calibration import calibrate, uncalibratable, write_report
 
+    importance = posterior_options(args)
     run = load_run(args.run, args)
     reason = uncalibratable(run)
     if reason:
         raise UserError(f"{args.run}: calibrate: {reason}")
+    if importance:
+        from ..importance import check_importance
+
+        check_importance(run, importance["samples"])
     split = _analysis_split(run, args, args.run)
     result = calibrate(run, split.pairs, split.gold, num_sims=args.num_sims, draws=args.draws,
-                       seed=args.seed)
+                       seed=args.seed, importance=importance)
     for path in write_report(result, Path(args.out or args.run)):
         print(f"wrote {path}", file=sys.stderr)
     print((Path(args.out or args.run) / "calibration.md").read_text(), end="")

@@ -34,15 +34,17 @@ def _values(model, call, node, batch) -> torch.Tensor:
 
 @torch.no_grad()
 def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
-    """``log_w [K, B]`` (float64), ``log_q [K, B]`` and ``values [K, B, …]`` of K draws of the
-    run's guide on ``batch`` (numpy), with Pyro's RNG seeded by ``seed``; ``draws`` (the guide
+    """``log_w [K, B]`` (float64), ``log_q [K, B]``, ``values [K, B, …]`` and ``token_ll
+    [K, B, T]`` (log p(y_t | ·, z_k) of the observed sites) of K draws of the run's guide on
+    ``batch`` (numpy), with Pyro's RNG seeded by ``seed``; ``draws`` (the guide
     site's K values, ``[K, …]``) fixes the draws instead (backends compared on the same ones)."""
     model = run.model
     batch = batch.to(model_device(model))
     site = declared(model, "site")
     post = guide_posterior(run)
     pyro.set_rng_seed(seed)
-    log_w, log_q, values = [], [], []
+    log_w, log_q, values, token_ll = [], [], [], []
+    B, T = batch.tgt_out.shape
     for i in range(k):
         guide = model.guide if draws is None else poutine.condition(
             model.guide, data={site: torch.as_tensor(np.asarray(draws[i]),
@@ -59,6 +61,18 @@ def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
         if call is None:
             raise UserError(f"the guide wrote no site {site!r} (declare the model's `site`)")
         values.append(_values(model, call, g.nodes[site], batch))
+        token_ll.append(torch.broadcast_to(_observed(mt, site), (B, T)))
     return {"log_w": torch.stack(log_w).double().cpu().numpy(),
             "log_q": torch.stack(log_q).double().cpu().numpy(),
-            "values": torch.stack(values).cpu().numpy().astype(np.float32)}
+            "values": torch.stack(values).cpu().numpy().astype(np.float32),
+            "token_ll": torch.stack(token_ll).cpu().numpy().astype(np.float32)}
+
+
+def _observed(trace, skip: str):
+    """Σ of the observed sites' log-densities per token (those under the target plate)."""
+    total = 0.0
+    for name, site in trace.nodes.items():
+        if site["type"] == "sample" and site["is_observed"] and name != skip \
+                and not name.startswith("_"):
+            total = total + site["log_prob"]
+    return total

@@ -55,7 +55,11 @@ def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
             call = next((c for c in calls if c.name == site and c.guide), None)
             if call is None:
                 raise UserError(f"the guide wrote no site {site!r} (declare the model's `site`)")
-            return _per_pair(mt, Bp) - lq, lq, _values(fam, call, g[site]["value"], Sp)
+            Tp = b.tgt_out.shape[1]
+            obs = sum(s_["fn"].log_prob(s_["value"]) for n, s_ in mt.items()
+                      if s_["type"] == "sample" and s_.get("is_observed") and n != site)
+            return (_per_pair(mt, Bp) - lq, lq, _values(fam, call, g[site]["value"], Sp),
+                    jnp.broadcast_to(obs, (Bp, Tp)))
 
         def fn(params, b, keys, zs):
             return jax.vmap(lambda kk, z: one(params, b, kk, z))(keys, zs)
@@ -67,14 +71,15 @@ def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
     fixed, free = jitted(model, f"importance-{post}", build)
     keys = jax.random.split(jax.random.PRNGKey(seed), k)
     if draws is None:
-        lw, lq, values = free(params, jb, keys)
+        lw, lq, values, tll = free(params, jb, keys)
     else:
-        lw, lq, values = fixed(params, jb, keys, _pad_draws(np.asarray(draws), jb, fam, batch))
+        lw, lq, values, tll = fixed(params, jb, keys,
+                                    _pad_draws(np.asarray(draws), jb, fam, batch))
     B, T, S = batch.size, batch.tgt_out.shape[1], batch.src.shape[1]
     values = np.asarray(values, np.float32)
     values = values[:, :B, :S, :S] if getattr(fam, "tree", False) else values[:, :B, :T, :S]
     return {"log_w": np.asarray(lw, np.float64)[:, :B], "log_q": np.asarray(lq, np.float64)[:, :B],
-            "values": values}
+            "values": values, "token_ll": np.asarray(tll, np.float32)[:, :B, :T]}
 
 
 def _pad_draws(z: np.ndarray, jb, fam, batch) -> jnp.ndarray:
