@@ -65,7 +65,8 @@ def check_samples(k, per_draw_bytes: int = 0, budget: int = MEMORY_BUDGET) -> in
 
 def smooth(log_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """PSIS of ``log_w [K, B]``: normalized weights ``w̄ [K, B]`` (each column sums to 1) and
-    k̂ ``[B]``. Weights all equal (a proposal equal to the posterior) give k̂ = 0; fewer than
+    k̂ ``[B]``. Weights all equal (log weights within 1e-4: a proposal equal to the posterior)
+    give k̂ = 0; fewer than
     :data:`MIN_DISTINCT` distinct ones, or too few draws for the tail fit (ArviZ needs about
     25), give NaN — not estimated."""
     log_w = np.asarray(log_w, dtype=np.float64)
@@ -83,8 +84,8 @@ def smooth(log_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     khat = np.where(np.isfinite(khat), khat, np.nan).astype(np.float64)
     distinct = np.array([len(np.unique(np.round(col[np.isfinite(col)], 9))) for col in log_w.T])
     khat = np.where(distinct < MIN_DISTINCT, np.nan, khat)
-    if spread is not None:
-        khat = np.where(spread < 1e-12, 0.0, khat)
+    if spread is not None:  # equal to float precision: the proposal is the posterior
+        khat = np.where(spread < 1e-4, 0.0, khat)
     return w, khat
 
 

@@ -111,6 +111,15 @@ FAULTS = [
   "            surrogate = surrogate + ((reward - b).detach() * score).sum()",
   "            surrogate = surrogate + 0 * ((reward - b).detach() * score).sum()",
   "test_c_unbiased and not full_power and tree-sample-pyro"),
+ # the importance-corrected posterior (tests/test_importance.py)
+ ("i1", "ppl_attention/importance.py",
+  '    return np.einsum("kb,kb...->b...", np.asarray(w), np.asarray(values, dtype=np.float64))',
+  '    return np.einsum("kb,kb...->b...", np.full_like(w, 1.0 / len(w)), np.asarray(values))',
+  "tests/test_importance.py::test_corrected_marginals_converge_to_the_exact_ones"),
+ ("i2", "ppl_attention/inference/importance.py",
+  "        log_w.append(_per_pair(mt, batch) - lq)",
+  "        log_w.append(_per_pair(mt, batch))",
+  "tests/test_importance.py::test_corrected_marginals_converge_to_the_exact_ones"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -194,7 +194,7 @@ class _Distort(Messenger):
 
 
 @torch.no_grad()
-def pyro_arrays(run, batch, draws: int, distort=None) -> dict:
+def pyro_arrays(run, batch, draws: int, distort=None, importance: dict | None = None) -> dict:
     """One batch's simulations and guide draws under Pyro (numpy): ``sim`` (the batch with
     simulated targets), ``mask [B, T]``; ``truth`` — z* ``[B, T]`` (categorical) or its values
     ``[B, T, …]`` —; ``q_probs [B, T, S]`` of a categorical guide or ``q_values [L, B, T, …]``
@@ -207,7 +207,24 @@ def pyro_arrays(run, batch, draws: int, distort=None) -> dict:
     sim, value, weights = simulate(model, batch)
     fam = model.family
     if getattr(fam, "tree", False):
-        return _tree_arrays(model, site, m, sim, value, draws, distort)
+        out = _tree_arrays(model, site, m, sim, value, draws, distort)
+    else:
+        out = _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort)
+    if importance is not None:  # the guide's K draws on the simulated targets, to be weighed
+        from ..inference.importance import importance_arrays
+
+        seed = int(torch.randint(0, 2**31 - 1, (1,)))
+        wrap = None if distort is None else (lambda g: _Distort(site, distort)(g))
+        out["imp"] = importance_arrays(run, sim, importance["samples"], seed, wrap_guide=wrap)
+        if "logq_truth" not in out:  # a categorical guide: log q(z*) = Σ_t log q(z*_t)
+            guide = model.guide if distort is None else _Distort(site, distort)(model.guide)
+            fn = poutine.trace(guide).get_trace(sim, posterior=m.posterior).nodes[site]["fn"]
+            out["logq_truth"] = _per_pair_log_prob(fn, value, sim.tgt_mask).cpu().numpy()
+    return out
+
+
+def _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort) -> dict:
+    fam = model.family
     out = {"sim": sim, "mask": sim.tgt_mask.cpu().numpy()}
     if "exact-posterior" in capabilities(model):
         out["exact_probs"] = exact_posterior(model, sim).cpu().numpy()
@@ -349,6 +366,38 @@ def _continuous_rows(family, arrays, L, rng, seed):
     return pits, np.average(np.stack(cov), axis=0, weights=n_tok)
 
 
+def _importance_row(fam, arrays, L, rng, seed, threshold) -> dict:
+    """The calibration row of the importance-corrected posterior: the guide's K draws per target
+    weighed (PSIS), L draws resampled from them; per token (per word for a tree) the ranks and
+    credible sets of the corrected marginals, the joint rank of log q(z*) among the resampled
+    draws' log q, for a continuous family the test quantities of the resampled draws."""
+    from ..importance import correct, khat_summary
+
+    fixed, khat = [], []
+    for a in arrays:
+        c = correct(a["imp"]["log_w"], a["imp"]["values"], rng, resamples=L)
+        cols = np.arange(c["khat"].shape[0])[None, :]
+        khat.append(c["khat"])
+        b = dict(a, logq_draws=a["imp"]["log_q"][c["resampled"], cols])
+        if getattr(fam, "tree", False):
+            b["q_probs"] = np.swapaxes(c["marginals"], -1, -2)  # [B, word, head]
+        elif fam.enumerable:
+            b["q_probs"] = c["marginals"]
+        else:
+            b["q_values"] = a["imp"]["values"][c["resampled"], cols]
+        fixed.append(b)
+    if getattr(fam, "tree", False) or fam.enumerable:
+        pits, cov = _discrete_rows([a["q_probs"] for a in fixed], [a["truth"] for a in fixed],
+                                   [a["mask"] for a in fixed], L, rng)
+        first = "per-word head" if getattr(fam, "tree", False) else "per-token z"
+        pits = {first: pits["per-token z"], "joint log q": _joint_pits(fixed, L, rng)}
+    else:
+        pits, cov = _continuous_rows(fam, fixed, L, rng, seed)
+    row = _row("q corrected (importance)", pits, cov)
+    row.update(khat_summary(np.concatenate(khat), threshold))
+    return row
+
+
 def _joint_pits(arrays, L, rng) -> np.ndarray:
     """PIT of log q(z* | x, y) among log q(z_l | x, y) of L joint draws, one per pair."""
     out = []
@@ -401,12 +450,15 @@ def uncalibratable(run) -> str | None:
 
 
 def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed: int = 0,
-              distort=None, progress: bool = True) -> dict:
+              distort=None, progress: bool = True, importance: dict | None = None) -> dict:
     """Calibration of ``run``'s guide (and of its exact posterior, where the model has one) on
     ``num_sims`` targets simulated from its model given the sources of ``pairs`` (cycled), with
     ``draws`` alignments per target; with ``gold`` (link sets of ``pairs``) also the coverage of
     the gold links. See the module docstring. Returns ``{"rows": [...], "gold_coverage": …}``.
-    """
+    ``importance`` (``{"samples": K, "threshold": t}``) calibrates the guide's
+    importance-corrected posterior instead (K draws of q per simulated target, PSIS; its
+    ``draws`` resampled from the weighted particles), with the share of targets whose k̂
+    exceeds the threshold in its row."""
     if not isinstance(num_sims, int) or num_sims < 10:
         raise UserError(f"--num-sims must be an int ≥ 10, got {num_sims!r}")
     if not isinstance(draws, int) or draws < 9:
@@ -433,12 +485,15 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     arrays = []
     for i, b in enumerate(progress_bar(batches, desc="calibrate", unit="batch", leave=False,
                                disable=not progress)):
-        arrays.append(backend_side.numpyro_arrays(run, b, draws, seed * 1_000_003 + i, distort)
-                      if numpyro else pyro_arrays(run, b, draws, distort))
+        arrays.append(backend_side.numpyro_arrays(run, b, draws, seed * 1_000_003 + i, distort,
+                                                  importance)
+                      if numpyro else pyro_arrays(run, b, draws, distort, importance))
     rng = np.random.default_rng(seed)
     rows = []
     masks = [a["mask"] for a in arrays]
-    if m.posterior != "none":
+    if importance is not None and m.posterior != "none":
+        rows.append(_importance_row(fam, arrays, draws, rng, seed, importance["threshold"]))
+    elif m.posterior != "none":
         if getattr(fam, "tree", False):  # each word's head; the joint by exact tree log q
             pits, cov = _discrete_rows([a["q_probs"] for a in arrays],
                                        [a["truth"] for a in arrays], masks, draws, rng)
@@ -475,16 +530,20 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
 def table(results: list[dict]) -> list[str]:
     """Markdown rows: method, posterior, min p-value (KS over the uniformity tests), in the
     band, coverage at the four levels, pass."""
+    khat = any("khat_share" in row for r in results for row in r["rows"])
     lines = ["| method | posterior | min p | ECDF in 99 % band | cov 50 | cov 80 | cov 90 | "
-             "cov 95 | calibrated |", "|---|---|---|---|---|---|---|---|---|"]
+             "cov 95 | calibrated |" + (" share k̂ > threshold |" if khat else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if khat else "")]
     for r in results:
         for row in r["rows"]:
             band = all(t["in_band"] for t in row["tests"].values())
             cov = row["coverage"]
+            share = row.get("khat_share")
             lines.append(f"| {r['method']} | {row['posterior']} | {row['p_min']:.3g} | "
                          f"{'yes' if band else 'no'} | " + " | ".join(
                              f"{cov[f'{lv:.2f}']:.3f}" for lv in LEVELS)
-                         + f" | {'yes' if row['passes'] else 'NO'} |")
+                         + f" | {'yes' if row['passes'] else 'NO'} |"
+                         + ((" — |" if share is None else f" {share:.3f} |") if khat else ""))
     return lines
 
 

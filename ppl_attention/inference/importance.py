@@ -8,6 +8,7 @@ import numpy as np
 import pyro
 import torch
 from pyro import poutine
+from pyro.poutine.messenger import Messenger
 
 from ..attend import recording
 from ..errors import UserError
@@ -19,11 +20,26 @@ from .evaluate import _per_pair, guide_posterior
 __all__ = ["importance_arrays", "check_importance"]
 
 
+class _Fixed(Messenger):
+    """The guide site ``site`` takes ``value`` instead of a draw — still a latent (not
+    observed) site, so the model replays it as it would a draw."""
+
+    def __init__(self, site: str, value):
+        super().__init__()
+        self.site, self.value = site, value
+
+    def _pyro_sample(self, msg):
+        if msg["name"] == self.site:
+            msg["value"], msg["done"] = self.value, True
+
+
 def _values(model, call, node, batch) -> torch.Tensor:
     """What one draw contributes to the link marginals: the attention weights ``[B, T, S]``
     (one-hot of a categorical z), or for a tree family the arc indicators ``[B, S, S]``."""
     fam = model.family
     S = batch.src.shape[1]
+    if fam.latent_context:  # the context vector itself
+        return node["value"].float()
     if getattr(fam, "tree", False):
         heads = node["value"].reshape(batch.size, -1, S)[:, 0]
         return torch.nn.functional.one_hot(heads.long(), S).transpose(-1, -2).float()
@@ -33,7 +49,7 @@ def _values(model, call, node, batch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
+def importance_arrays(run, batch, k: int, seed: int = 0, draws=None, wrap_guide=None) -> dict:
     """``log_w [K, B]`` (float64), ``log_q [K, B]``, ``values [K, B, …]`` and ``token_ll
     [K, B, T]`` (log p(y_t | ·, z_k) of the observed sites) of K draws of the run's guide on
     ``batch`` (numpy), with Pyro's RNG seeded by ``seed``; ``draws`` (the guide
@@ -42,13 +58,13 @@ def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
     batch = batch.to(model_device(model))
     site = declared(model, "site")
     post = guide_posterior(run)
+    base_guide = model.guide if wrap_guide is None else wrap_guide(model.guide)
     pyro.set_rng_seed(seed)
     log_w, log_q, values, token_ll = [], [], [], []
     B, T = batch.tgt_out.shape
     for i in range(k):
-        guide = model.guide if draws is None else poutine.condition(
-            model.guide, data={site: torch.as_tensor(np.asarray(draws[i]),
-                                                     device=batch.src.device)})
+        guide = base_guide if draws is None else _Fixed(
+            site, torch.as_tensor(np.asarray(draws[i]), device=batch.src.device))(base_guide)
         with recording() as calls, poutine.block():
             g = poutine.trace(guide).get_trace(batch, posterior=post)
             mt = poutine.trace(poutine.replay(model.model, trace=g)).get_trace(batch)

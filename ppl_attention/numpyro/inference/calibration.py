@@ -61,8 +61,32 @@ def _exact(model):
     return jitted(model, "exact_posterior", lambda: functools.partial(exact_posterior, model))
 
 
-def numpyro_arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
+def numpyro_arrays(run, batch, draws: int, seed: int, distort=None,
+                   importance: dict | None = None) -> dict:
     """As :func:`ppl_attention.analysis.calibration.pyro_arrays`, under NumPyro."""
+    out = _arrays(run, batch, draws, seed, distort)
+    if importance is not None:  # the guide's K draws on the simulated targets, to be weighed
+        from ...core.methods import guide_posterior
+        from .importance import crop, padded_arrays
+
+        jb, model, params, sim, value = out.pop("_sim")
+        site = declared(model, "site")
+        wrap = None if distort is None else (lambda g: _distorted(g, site, distort))
+        raw = padded_arrays(model, params, sim, guide_posterior(run.method, run.model),
+                            importance["samples"], seed + 7, None, wrap)
+        B, T = batch.tgt_out.shape
+        out["imp"] = crop(raw, model.family, B, T, batch.src.shape[1])
+        if "logq_truth" not in out:  # a categorical guide: log q(z*) = Σ_t log q(z*_t)
+            m = get_method(run.method)
+            node, _ = _guide_site(model, params, sim, m.posterior, jax.random.PRNGKey(seed),
+                                  distort)
+            out["logq_truth"] = np.asarray(_per_pair(node, value, sim.tgt_mask))[:B]
+    else:
+        out.pop("_sim")
+    return out
+
+
+def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
     jb = to_jax(batch, None, MULTIPLE)
     model, params = model_and_params(run, jb)
     fam = model.family
@@ -72,7 +96,7 @@ def numpyro_arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
     B, T = batch.tgt_out.shape
     S = batch.src.shape[1]
     crop = (slice(0, B), slice(0, T))
-    out = {"mask": np.asarray(sim.tgt_mask)[crop]}
+    out = {"mask": np.asarray(sim.tgt_mask)[crop], "_sim": (jb, model, params, sim, value)}
     if "exact-posterior" in capabilities(model):
         out["exact_probs"] = np.asarray(_exact(model)(params, sim))[crop][..., :S]
     truth = value if fam.enumerable or fam.latent_context else weights

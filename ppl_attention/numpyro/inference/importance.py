@@ -16,12 +16,14 @@ from ...core.methods import guide_posterior
 from ...core.records import recording
 from ...errors import UserError
 from ..batching import to_jax
-from .evaluate import MULTIPLE, _per_pair, jitted, model_and_params
+from .evaluate import MULTIPLE, _per_pair, model_and_params
 
-__all__ = ["importance_arrays"]
+__all__ = ["importance_arrays", "padded_arrays", "crop"]
 
 
 def _values(fam, call, value, S):
+    if fam.latent_context:
+        return value
     if getattr(fam, "tree", False):
         heads = value.reshape(value.shape[0], -1, S)[:, 0]
         return jnp.swapaxes(jax.nn.one_hot(heads, S), -1, -2)
@@ -30,20 +32,40 @@ def _values(fam, call, value, S):
     return call.weights
 
 
-def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
-    """``log_w [K, B]``, ``log_q [K, B]``, ``values [K, B, …]`` (numpy) of K draws of the run's
-    guide on ``batch``; ``draws`` fixes the guide site's values ``[K, …]`` (padded to the jitted
-    batch shape here)."""
+def importance_arrays(run, batch, k: int, seed: int = 0, draws=None, wrap_guide=None) -> dict:
+    """``log_w [K, B]``, ``log_q [K, B]``, ``values [K, B, …]``, ``token_ll [K, B, T]``
+    (numpy) of K draws of the run's guide on ``batch``; ``draws`` fixes the guide site's values
+    ``[K, …]`` (padded to the jitted batch shape here)."""
     jb = to_jax(batch, None, MULTIPLE)
     model, params = model_and_params(run, jb)
-    post = guide_posterior(run.method, run.model)
+    z = None if draws is None else _pad_draws(np.asarray(draws), jb, model.family, batch)
+    raw = padded_arrays(model, params, jb, guide_posterior(run.method, run.model), k, seed, z,
+                        wrap_guide)
+    return crop(raw, model.family, batch.size, batch.tgt_out.shape[1], batch.src.shape[1])
+
+
+def crop(raw: dict, fam, B: int, T: int, S: int) -> dict:
+    """The arrays of :func:`padded_arrays` cut to the unpadded batch (numpy)."""
+    values = np.asarray(raw["values"], np.float32)
+    values = values[:, :B, :S, :S] if getattr(fam, "tree", False) else \
+        values[:, :B, :T] if fam.latent_context else values[:, :B, :T, :S]
+    return {"log_w": np.asarray(raw["log_w"], np.float64)[:, :B],
+            "log_q": np.asarray(raw["log_q"], np.float64)[:, :B], "values": values,
+            "token_ll": np.asarray(raw["token_ll"], np.float32)[:, :B, :T]}
+
+
+def padded_arrays(model, params, jb, post: str, k: int, seed: int, z=None,
+                  wrap_guide=None) -> dict:
+    """The K draws on a jitted (padded) batch ``jb``: ``log_w``, ``log_q``, ``values``,
+    ``token_ll`` as JAX arrays of the padded shapes; ``z`` the guide site's values, padded."""
     site = declared(model, "site")
     fam = model.family
     Bp, Sp = jb.src.shape
 
     def build():
         def one(params, b, key, z):
-            guide = functools.partial(model.guide, posterior=post)
+            guide = functools.partial(model.guide if wrap_guide is None else
+                                      wrap_guide(model.guide), posterior=post)
             if z is not None:
                 guide = handlers.substitute(guide, data={site: z})
             with recording() as calls:
@@ -68,18 +90,17 @@ def importance_arrays(run, batch, k: int, seed: int = 0, draws=None) -> dict:
             return jax.vmap(lambda kk: one(params, b, kk, None))(keys)
         return fn, fn_free
 
-    fixed, free = jitted(model, f"importance-{post}", build)
-    keys = jax.random.split(jax.random.PRNGKey(seed), k)
-    if draws is None:
-        lw, lq, values, tll = free(params, jb, keys)
+    store = model.__dict__.setdefault("_jitted", {})  # kept per model, as jitted() keeps
+    name = f"importance-{post}"
+    if wrap_guide is not None:  # a planted distortion: compiled for this call only
+        fixed, free = (jax.jit(f) for f in build())
     else:
-        lw, lq, values, tll = fixed(params, jb, keys,
-                                    _pad_draws(np.asarray(draws), jb, fam, batch))
-    B, T, S = batch.size, batch.tgt_out.shape[1], batch.src.shape[1]
-    values = np.asarray(values, np.float32)
-    values = values[:, :B, :S, :S] if getattr(fam, "tree", False) else values[:, :B, :T, :S]
-    return {"log_w": np.asarray(lw, np.float64)[:, :B], "log_q": np.asarray(lq, np.float64)[:, :B],
-            "values": values, "token_ll": np.asarray(tll, np.float32)[:, :B, :T]}
+        if name not in store:
+            store[name] = tuple(jax.jit(f) for f in build())
+        fixed, free = store[name]
+    keys = jax.random.split(jax.random.PRNGKey(seed), k)
+    lw, lq, values, tll = free(params, jb, keys) if z is None else fixed(params, jb, keys, z)
+    return {"log_w": lw, "log_q": lq, "values": values, "token_ll": tll}
 
 
 def _pad_draws(z: np.ndarray, jb, fam, batch) -> jnp.ndarray:
