@@ -69,7 +69,9 @@ def test_corrected_marginals_converge_to_the_exact_ones(run):
     """The guide made wider than it was trained (logits halved): far from the exact posterior
     as it stands, a proposal whose weights the correction must use."""
     b = _batch()
-    wide = (lambda g: _Distort("align", planted("logits", 0.5))(g))
+    def wide(g):
+        return _Distort("align", planted("logits", 0.5))(g)
+
     e10, e100, e1000 = (_error(run, b, k, reps, wide)
                         for k, reps in ((10, 20), (100, 6), (1000, 2)))
     # roughly 1/√K: a factor √10 ≈ 3.2 per decade (2 to 5 allowed), 10 over two decades
@@ -80,15 +82,19 @@ def test_corrected_marginals_converge_to_the_exact_ones(run):
 def test_khat_small_for_the_exact_posterior_large_for_an_overconfident_guide(run):
     b = _batch(8)
     exact = exact_posterior(run.model, b).detach()
-    as_exact = (lambda g: _Distort("align", lambda fn: dist.Categorical(
-        probs=exact.clamp_min(1e-30)).mask(b.tgt_mask))(g))
+    def as_exact(g):
+        return _Distort("align", lambda fn: dist.Categorical(
+            probs=exact.clamp_min(1e-30)).mask(b.tgt_mask))(g)
+
     rng = np.random.default_rng(0)
     arr = importance_arrays(run, b, 200, seed=3, wrap_guide=as_exact)
     c = correct(arr["log_w"], arr["values"], rng)
     ll = exact_token_log_likelihood(run.model, b).sum(-1).detach().numpy()
     np.testing.assert_allclose(arr["log_w"], np.broadcast_to(ll, arr["log_w"].shape), atol=1e-3)
     assert np.all(c["khat"] == 0.0)  # every weight is p(y | x): nothing to correct
-    bad = (lambda g: _Distort("align", planted("logits", 6.0))(g))
+    def bad(g):
+        return _Distort("align", planted("logits", 6.0))(g)
+
     arr = importance_arrays(run, b, 200, seed=3, wrap_guide=bad)
     k = correct(arr["log_w"], arr["values"], rng)["khat"]
     summary = khat_summary(k)
