@@ -3,7 +3,11 @@
 A :class:`Batch` holds, for B pairs: ``src [B, S]`` ids, ``src_mask [B, S]``, decoder inputs
 ``tgt_in [B, T]`` (``<bos> y_1 .. y_n``), outputs ``tgt_out [B, T]`` (``y_1 .. y_n <eos>``),
 ``tgt_mask [B, T]``, the indices of the pairs in the corpus, and gold alignments as a
-``[B, T]`` tensor of source positions (−1 where none is known).
+``[B, T]`` array of source positions (−1 where none is known).
+
+The arrays are made with NumPy and handed over as torch tensors (``array="torch"``, what a
+Pyro model reads) or kept as NumPy arrays (``array="numpy"``, what the NumPyro side reads): the
+NumPyro side never needs torch.
 """
 
 from __future__ import annotations
@@ -11,21 +15,26 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
+from ..errors import UserError
 from .corpus import Pair
 from .vocab import Vocab
+
+__all__ = ["Batch", "collate", "make_batches", "array_kind", "as_numpy", "ARRAYS"]
+
+ARRAYS = ("torch", "numpy")
 
 
 @dataclass
 class Batch:
-    src: torch.Tensor
-    src_mask: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-    tgt_mask: torch.Tensor
-    index: torch.Tensor
-    gold: torch.Tensor | None = None
+    src: object
+    src_mask: object
+    tgt_in: object
+    tgt_out: object
+    tgt_mask: object
+    index: object
+    gold: object | None = None
     n_unk: int = 0
 
     @property
@@ -37,7 +46,7 @@ class Batch:
         return int(self.tgt_mask.sum())
 
     def to(self, device) -> Batch:
-        """The same batch with its tensors on ``device``."""
+        """The same batch with its (torch) tensors on ``device``."""
         def move(t):
             return None if t is None else t.to(device)
 
@@ -45,16 +54,22 @@ class Batch:
                      move(self.tgt_mask), move(self.index), move(self.gold), self.n_unk)
 
 
-def _pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    L = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+def _pad(seqs: list[list[int]], pad: int) -> np.ndarray:
+    ids = np.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=np.int64)
     for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return ids, ids != pad if pad >= 0 else None
+        ids[i, : len(s)] = s
+    return ids
+
+
+def _mask(seqs: list[list[int]], width: int) -> np.ndarray:
+    return np.arange(width)[None, :] < np.array([len(s) for s in seqs])[:, None]
 
 
 def collate(pairs: list[Pair], index: list[int], src_vocab: Vocab, tgt_vocab: Vocab,
-            gold: list[set[tuple[int, int]]] | None = None) -> Batch:
+            gold: list[set[tuple[int, int]]] | None = None, array: str = "torch") -> Batch:
+    """One batch of ``pairs`` (their corpus ``index``), as ``array`` ("torch" or "numpy")."""
+    if array not in ARRAYS:
+        raise UserError(f"array must be one of {', '.join(ARRAYS)}, got {array!r}")
     n_unk = 0
     srcs, tins, touts = [], [], []
     for s, t in pairs:
@@ -64,33 +79,45 @@ def collate(pairs: list[Pair], index: list[int], src_vocab: Vocab, tgt_vocab: Vo
         srcs.append(sid)
         tins.append([tgt_vocab.bos] + tid)
         touts.append(tid + [tgt_vocab.eos])
-    src, _ = _pad(srcs, src_vocab.pad)
-    src_mask = torch.zeros_like(src, dtype=torch.bool)
-    for i, s in enumerate(srcs):
-        src_mask[i, : len(s)] = True
-    tgt_in, _ = _pad(tins, tgt_vocab.pad)
-    tgt_out, _ = _pad(touts, tgt_vocab.pad)
-    tgt_mask = torch.zeros_like(tgt_out, dtype=torch.bool)
-    for i, t in enumerate(touts):
-        tgt_mask[i, : len(t)] = True
+    src = _pad(srcs, src_vocab.pad)
+    tgt_in, tgt_out = _pad(tins, tgt_vocab.pad), _pad(touts, tgt_vocab.pad)
+    fields = [src, _mask(srcs, src.shape[1]), tgt_in, tgt_out, _mask(touts, tgt_out.shape[1]),
+              np.asarray(index, dtype=np.int64)]
     g = None
     if gold is not None:
-        g = torch.full(tgt_out.shape, -1, dtype=torch.long)
+        g = np.full(tgt_out.shape, -1, dtype=np.int64)
         for b, links in enumerate(gold):
             for i, j in links:
                 g[b, j] = i
-    return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, torch.tensor(index), g, n_unk)
+    if array == "torch":
+        import torch
+
+        fields = [torch.as_tensor(f) for f in fields]
+        g = None if g is None else torch.as_tensor(g)
+    return Batch(*fields, g, n_unk)
 
 
 def make_batches(pairs: list[Pair], src_vocab: Vocab, tgt_vocab: Vocab, batch_size: int,
-                 gold: list | None = None, shuffle: bool = False, seed: int = 0) -> list[Batch]:
-    """Sort by length into buckets of ``batch_size`` (little padding); shuffle bucket order."""
+                 gold: list | None = None, shuffle: bool = False, seed: int = 0,
+                 array: str = "torch") -> list[Batch]:
+    """Sort by length into buckets of ``batch_size`` (little padding); shuffle bucket order.
+    ``array``: torch tensors (a Pyro model's) or NumPy arrays (the NumPyro side's)."""
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), len(pairs[i][1]), i))
     chunks = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
     if shuffle:
         random.Random(seed).shuffle(chunks)
     return [
         collate([pairs[i] for i in c], c, src_vocab, tgt_vocab,
-                [gold[i] for i in c] if gold is not None else None)
+                [gold[i] for i in c] if gold is not None else None, array)
         for c in chunks
     ]
+
+
+def as_numpy(a) -> np.ndarray:
+    """A batch field as NumPy (a torch tensor through the CPU)."""
+    return a if isinstance(a, np.ndarray) else a.cpu().numpy()
+
+
+def array_kind(model) -> str:
+    """The arrays a model reads: NumPy for a NumPyro model, torch tensors otherwise."""
+    return "numpy" if getattr(model, "backend", "pyro") == "numpyro" else "torch"

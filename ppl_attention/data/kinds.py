@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DataError, UserError
-from .batching import make_batches
+from .batching import array_kind, make_batches
 from .corpus import read_sequences, read_tsv
 from .pharaoh import read_pharaoh
 from .tasks import TASKS, Split, make_task
@@ -181,7 +181,8 @@ class PairsData(DataKind):
     def batches(self, split, vocabs: dict, batch_size: int, shuffle: bool = False,
                 seed: int = 0, model=None, source: dict | None = None) -> list:
         return make_batches(split.pairs, vocabs["src_vocab"], vocabs["tgt_vocab"], batch_size,
-                            gold=split.gold, shuffle=shuffle, seed=seed)
+                            gold=split.gold, shuffle=shuffle, seed=seed,
+                            array=array_kind(model))
 
 
 class SequencesData(PairsData):
@@ -257,7 +258,8 @@ class SequencesData(PairsData):
         if max_len is not None:
             seqs = limit_length(seqs, where, max_len, (source or {}).get("on_long", "error"))
         v = vocabs["src_vocab"]
-        return make_batches([(s, s) for s in seqs], v, v, batch_size, shuffle=shuffle, seed=seed)
+        return make_batches([(s, s) for s in seqs], v, v, batch_size, shuffle=shuffle, seed=seed,
+                            array=array_kind(model))
 
 
 def limit_length(seqs: list[list[str]], where: str, max_len: int, on_long: str) -> list:

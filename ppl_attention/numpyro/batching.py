@@ -9,6 +9,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from ..data.batching import as_numpy as _np
+
 
 class JaxBatch(NamedTuple):
     src: jnp.ndarray  # [B, S] int32
@@ -38,12 +40,14 @@ def bucket(n: int) -> int:
     return _round_up(n, 256)
 
 
+
 def to_jax(batch, rows: int | None = None, multiple: int | str = 1) -> JaxBatch:
-    """``batch`` (torch) → :class:`JaxBatch`. ``rows``: pad the batch to this many rows (padded
-    rows attend to position 0 and have no target tokens); ``multiple``: round S and T up to a
-    multiple of it, or ``"bucket"``: up to the next of :data:`BUCKETS` (few shapes, few
-    compilations). Padding changes no number: every padded entry is masked."""
-    src = batch.src.cpu().numpy()
+    """``batch`` (NumPy arrays, or a Pyro model's torch tensors) → :class:`JaxBatch`.
+    ``rows``: pad the batch to this many rows (padded rows attend to position 0 and have no
+    target tokens); ``multiple``: round S and T up to a multiple of it, or ``"bucket"``: up to
+    the next of :data:`BUCKETS` (few shapes, few compilations). Padding changes no number:
+    every padded entry is masked."""
+    src = _np(batch.src)
     B, S = src.shape
     T = batch.tgt_out.shape[1]
     rows = max(rows or B, B)
@@ -57,10 +61,10 @@ def to_jax(batch, rows: int | None = None, multiple: int | str = 1) -> JaxBatch:
         out[: a.shape[0], : a.shape[1]] = a
         return out
 
-    src_mask = pad(batch.src_mask.cpu().numpy(), S2, False)
+    src_mask = pad(_np(batch.src_mask), S2, False)
     src_mask[B:, 0] = True  # a padded row still needs one position to attend to
     return JaxBatch(
         jnp.asarray(pad(src, S2, 0), jnp.int32), jnp.asarray(src_mask),
-        jnp.asarray(pad(batch.tgt_in.cpu().numpy(), T2, 0), jnp.int32),
-        jnp.asarray(pad(batch.tgt_out.cpu().numpy(), T2, 0), jnp.int32),
-        jnp.asarray(pad(batch.tgt_mask.cpu().numpy(), T2, False)))
+        jnp.asarray(pad(_np(batch.tgt_in), T2, 0), jnp.int32),
+        jnp.asarray(pad(_np(batch.tgt_out), T2, 0), jnp.int32),
+        jnp.asarray(pad(_np(batch.tgt_mask), T2, False)))

@@ -27,6 +27,7 @@ from numpyro.infer import HMC, MCMC, NUTS, SVI, Predictive, TraceEnum_ELBO, auto
 from ... import arviz_api
 from ...contract import declared
 from ...core.global_methods import global_method
+from ...data.batching import as_numpy
 from ...errors import UserError
 from ...inference.fit import training_options
 from ...inference.run import Run
@@ -227,9 +228,9 @@ def global_inference_data(run, batches):
         jb = to_jax(b, None, "bucket")
         B, T = b.tgt_out.shape
         ll = np.asarray(ll_fn(flat, jb))[:, :B, :T]  # [C·D, B, T]
-        mask = b.tgt_mask.cpu().numpy()
+        mask = as_numpy(b.tgt_mask)
         token_ll.append(ll[:, mask])
-        observed.append(b.tgt_out.cpu().numpy()[mask])
+        observed.append(as_numpy(b.tgt_out)[mask])
     log_lik = np.concatenate(token_ll, 1).reshape(C, D, -1)
     stats = {k: np.asarray(v) for k, v in run.extra.get("sample_stats", {}).items()}
     return arviz_api.from_dict(
