@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 #: public name → the module that defines it
 _NAMES = {
-    "attend": "attend", "broadcast_source_mask": "attend",
+    "attend": "attention", "broadcast_source_mask": "attention",
     "MaskedDirichlet": "distributions", "MaskedRelaxedCategorical": "distributions",
     "DependencyTree": "trees",
     **{n: "families" for n in ("FAMILIES", "Categorical", "Dirichlet", "Family",

@@ -45,7 +45,7 @@ from pyro import poutine
 from pyro.poutine.messenger import Messenger
 
 from .. import arviz_api
-from ..attend import recording
+from ..attention import recording
 from ..core.progress import progress_bar
 from ..data.batching import make_batches
 from ..data.corpus import atomic_write_text
@@ -54,8 +54,9 @@ from ..inference.methods import get_method
 from ..models.base import capabilities, declared, exact_posterior, require, simulate
 from ..models.device import model_device
 
-__all__ = ["LEVELS", "calibrate", "uncalibratable", "planted", "rank_with_ties", "pit",
-           "randomized_set_coverage", "interval_coverage", "uniformity", "write_report", "ALPHA"]
+__all__ = ["LEVELS", "calibrate", "weighted_pit", "uncalibratable", "planted", "rank_with_ties",
+           "pit", "randomized_set_coverage", "interval_coverage", "uniformity", "write_report",
+           "ALPHA"]
 
 LEVELS = (0.5, 0.8, 0.9, 0.95)
 ALPHA = 0.01  # a row fails when a uniformity test's p-value is below ALPHA / (its tests)
@@ -366,34 +367,60 @@ def _continuous_rows(family, arrays, L, rng, seed):
     return pits, np.average(np.stack(cov), axis=0, weights=n_tok)
 
 
+def weighted_pit(values: np.ndarray, w: np.ndarray, truth: np.ndarray, rng) -> np.ndarray:
+    """The weighted particles' CDF at the truth, ties shared at random: Σ_k w_k [v_k < t] +
+    U Σ_k w_k [v_k = t] for ``values, w [K, n]`` and ``truth [n]`` — uniform on [0, 1] when
+    the weighted particles are the posterior the truth was drawn from."""
+    below = (w * (values < truth)).sum(0)
+    ties = (w * (values == truth)).sum(0)
+    return below + rng.random(below.shape) * ties
+
+
 def _importance_row(fam, arrays, L, rng, seed, threshold) -> dict:
     """The calibration row of the importance-corrected posterior: the guide's K draws per target
-    weighed (PSIS), L draws resampled from them; per token (per word for a tree) the ranks and
-    credible sets of the corrected marginals, the joint rank of log q(z*) among the resampled
-    draws' log q, for a continuous family the test quantities of the resampled draws."""
+    weighed (PSIS). A categorical (or tree) posterior is read through its corrected marginals —
+    per token (per word) L draws of the marginal, randomized credible sets; a continuous one
+    through its weighted particles — each test quantity's weighted CDF at the truth (its PIT),
+    the central sets being those with |PIT − ½| ≤ level / 2; the joint rank is the weighted CDF
+    of log q(z*) among the particles' log q."""
     from ..importance import correct, khat_summary
 
-    fixed, khat = [], []
+    tree = getattr(fam, "tree", False)
+    khat, joint, quantity_pits, cov, n_tok, probs, truths, masks = [], [], {}, [], [], [], [], []
+    names = None
     for a in arrays:
-        c = correct(a["imp"]["log_w"], a["imp"]["values"], rng, resamples=L)
-        cols = np.arange(c["khat"].shape[0])[None, :]
+        c = correct(a["imp"]["log_w"], a["imp"]["values"], rng)
+        w = c["weights"]  # [K, B]
         khat.append(c["khat"])
-        b = dict(a, logq_draws=a["imp"]["log_q"][c["resampled"], cols])
-        if getattr(fam, "tree", False):
-            b["q_probs"] = np.swapaxes(c["marginals"], -1, -2)  # [B, word, head]
-        elif fam.enumerable:
-            b["q_probs"] = c["marginals"]
-        else:
-            b["q_values"] = a["imp"]["values"][c["resampled"], cols]
-        fixed.append(b)
-    if getattr(fam, "tree", False) or fam.enumerable:
-        pits, cov = _discrete_rows([a["q_probs"] for a in fixed], [a["truth"] for a in fixed],
-                                   [a["mask"] for a in fixed], L, rng)
-        first = "per-word head" if getattr(fam, "tree", False) else "per-token z"
-        pits = {first: pits["per-token z"], "joint log q": _joint_pits(fixed, L, rng)}
+        joint.append(weighted_pit(a["imp"]["log_q"], w, a["logq_truth"], rng))
+        if tree or fam.enumerable:
+            probs.append(np.swapaxes(c["marginals"], -1, -2) if tree else c["marginals"])
+            truths.append(a["truth"])
+            masks.append(a["mask"])
+            continue
+        tq, dq, names = test_quantities(fam, a["truth"], a["imp"]["values"], seed)
+        mask = a["mask"]
+        wt = w[:, :, None]  # the pair's weight for each of its tokens
+        for k, name in enumerate(names):
+            pits = weighted_pit(dq[..., k].reshape(dq.shape[0], -1),
+                                np.broadcast_to(wt, dq.shape[:3]).reshape(dq.shape[0], -1),
+                                tq[..., k].reshape(-1), rng).reshape(tq.shape[:2])
+            for b in range(mask.shape[0]):
+                real = np.flatnonzero(mask[b])
+                if len(real):
+                    quantity_pits.setdefault(name, []).append(pits[b, rng.choice(real)])
+            cov.append([float((np.abs(pits[mask] - 0.5) <= level / 2).mean())
+                        for level in LEVELS])
+            n_tok.append(int(mask.sum()))
+    if tree or fam.enumerable:
+        pits, coverage = _discrete_rows(probs, truths, masks, L, rng)
+        first = "per-word head" if tree else "per-token z"
+        pits = {first: pits["per-token z"]}
     else:
-        pits, cov = _continuous_rows(fam, fixed, L, rng, seed)
-    row = _row("q corrected (importance)", pits, cov)
+        pits = {k: np.asarray(v) for k, v in quantity_pits.items()}
+        coverage = np.average(np.asarray(cov), axis=0, weights=n_tok)
+    pits["joint log q"] = np.concatenate(joint)
+    row = _row("q corrected (importance)", pits, coverage)
     row.update(khat_summary(np.concatenate(khat), threshold))
     return row
 

@@ -33,7 +33,7 @@ import torch
 from pyro import poutine
 
 from .. import arviz_api
-from ..attend import recording
+from ..attention import recording
 from ..core.progress import progress_bar
 from ..data.batching import make_batches
 from ..errors import UserError

@@ -99,7 +99,7 @@ def plot_alignment_posteriors(runs, source: list[str], target: list[str], path,
     import torch
     from pyro import poutine
 
-    from ..attend import recording
+    from ..attention import recording
     from ..data.batching import collate
     from ..models.base import declared, exact_posterior
     from .inference_data import model_device

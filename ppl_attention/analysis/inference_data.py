@@ -38,7 +38,7 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
 from .. import arviz_api
-from ..attend import recording
+from ..attention import recording
 from ..core.progress import progress_bar
 from ..data.batching import make_batches
 from ..distributions import categorical_draws

@@ -18,7 +18,7 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from pyro.poutine.util import site_is_subsample
 
-from ..attend import recording
+from ..attention import recording
 from ..backends import get_backend
 from ..core.methods import guide_posterior as core_guide_posterior
 from ..core.progress import progress_bar

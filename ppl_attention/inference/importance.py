@@ -10,7 +10,7 @@ import torch
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
 
-from ..attend import recording
+from ..attention import recording
 from ..errors import UserError
 from ..importance import check_importance
 from ..models.base import declared

@@ -28,7 +28,7 @@ import torch
 from pyro.infer.util import is_validation_enabled
 from torch import nn
 
-from ..attend import attend
+from ..attention import attend
 from ..core.checks import check_choice
 from ..errors import UserError
 from ..families import Family, make_family, masked_softmax

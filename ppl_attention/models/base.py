@@ -261,7 +261,7 @@ def simulate(model, batch, generator=None):
     ``simulate(batch, generator)``, or its program run once per target position t (z_t from
     the prior at t given the simulated y<t, then y_t from the observed site's distribution
     given z_t; the program must be causal in y, as a decoder is). Draws use Pyro's RNG."""
-    from ..attend import recording
+    from ..attention import recording
 
     if _own(model, "simulate"):
         return model.simulate(batch, generator)

@@ -32,7 +32,7 @@ import pyro.poutine as poutine
 import torch
 from torch import nn
 
-from ..attend import attend
+from ..attention import attend
 from ..distributions import categorical_draws
 from ..errors import MissingCapability, UserError
 from ..families import FAMILIES, Family, GaussianContext, make_family, masked_softmax

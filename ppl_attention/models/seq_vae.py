@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import nn
 
-from ..attend import attend
+from ..attention import attend
 from ..distributions import categorical_draws
 from ..errors import UserError
 from ..families import Family, make_family
