@@ -57,9 +57,13 @@ def ecdf_confidence_band(n: int, eval_points, cdf_at_eval_points, prob: float = 
 def plot_ecdf(values, *, ax, label: str | None = None, color=None, ci_prob: float = 0.95):
     """The ECDF of PIT ``values`` ∈ [0, 1] minus the uniform CDF, with its simultaneous
     ``ci_prob`` band (ArviZ's PIT-ECDF difference plot)."""
+    import numpy as np
     from scipy.stats import uniform
 
-    return _az().plot_ecdf(values, cdf=uniform(0, 1).cdf, difference=True,
+    # an interior grid: at 0 and 1 the band is degenerate, and ArviZ's default grid (the
+    # values' range) fails outright for PITs piled on one end
+    grid = np.linspace(0.0, 1.0, 101)[1:-1]
+    return _az().plot_ecdf(values, eval_points=grid, cdf=uniform(0, 1).cdf, difference=True,
                            confidence_bands=True, ci_prob=ci_prob, ax=ax,
                            plot_kwargs={"label": label, **({"color": color} if color else {})})
 

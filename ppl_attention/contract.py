@@ -17,7 +17,7 @@ from .errors import MissingCapability, UserError
 
 __all__ = ["DECLARATIONS", "CAPABILITIES", "BACKENDS_OF_MODELS", "declared", "model_backend",
            "RecordsConfig", "capabilities", "require", "check_contract", "check_method",
-           "check_shape"]
+           "check_shape", "check_model_class"]
 
 #: a declaration → its default (docs/architecture.md, "Declarations")
 DECLARATIONS = dict(data="pairs", posteriors=POSTERIORS, families=None, site="align",
@@ -211,6 +211,30 @@ def check_contract(cls, where: str = "the model") -> list[str]:
     if bad:
         problems.append(f"posteriors {bad} are not among {POSTERIORS}")
     return problems
+
+
+def check_model_class(cls, where: str = "the model") -> None:
+    """Refuse, naming every missing member, a class that does not meet the contract (a
+    NumPyro model — ``backend = "numpyro"`` — is checked against the NumPyro contract's
+    members, which are the same)."""
+    if not isinstance(cls, type):
+        raise UserError(f"{where}: {cls!r} is not a class (subclass "
+                        f"ppl_attention.models.AlignmentModel or "
+                        f"ppl_attention.numpyro.models.AlignmentModel; docs/architecture.md)")
+    if declared(cls, "backend") == "pyro" and not _is_torch_module(cls):
+        raise UserError(f"{where}: {cls!r} is not a torch.nn.Module class (subclass "
+                        f"ppl_attention.models.AlignmentModel, or for a NumPyro model "
+                        f"ppl_attention.numpyro.models.AlignmentModel; docs/architecture.md)")
+    refuse(cls, check_contract(cls, where), where)
+
+
+def _is_torch_module(cls) -> bool:
+    """Is ``cls`` a ``torch.nn.Module``? (A Pyro model's module has imported torch already:
+    the check loads nothing new for it, and nothing at all for a NumPyro model.)"""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and issubclass(cls, torch.nn.Module)
 
 
 def refuse(cls, problems: list[str], where: str) -> None:

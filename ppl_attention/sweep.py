@@ -32,7 +32,7 @@ import torch
 from .data.corpus import atomic_write_text, write_directory_atomically
 from .devices import job_device
 from .errors import UserError
-from .inference.run import COMPLETE, PARTIAL, run_extra
+from .runs import COMPLETE, PARTIAL, run_extra
 
 #: options a ``--set key=v1,v2`` may sweep besides the training, model and data options
 SETTABLE_OTHER = ("backend", "devices", "task_seed")
@@ -154,7 +154,7 @@ def calibrate_job(exp, run, run_dir: Path) -> dict:
     from .contract import declared
     from .data.kinds import data_kind
     from .devices import jax_default_device
-    from .inference.experiment import best_weights
+    from .experiment import best_weights
 
     if uncalibratable(run):  # its row says so: the training still counts
         return {"cal_none": True}
@@ -172,7 +172,7 @@ def calibrate_completed(args, job, path: Path, done: dict) -> dict:
     """``--calibrate`` over a job trained before without it (or whose calibration failed):
     its run loaded back and calibrated, the columns added to its read-back result."""
     from .devices import torch_device
-    from .inference.run import Run
+    from .runs import Run
 
     try:
         a = job_args(args, job)
@@ -489,7 +489,7 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
     sd over seeds per method and setting), ``learning_curves.png``, ``nll.png`` (the floor
     drawn) and ``aer_vs_nll.png``.
     Returns the table's lines."""
-    from .inference.plots import plot_aer_vs_nll, plot_curves, plot_nll
+    from .plots import plot_aer_vs_nll, plot_curves, plot_nll
 
     keys = list(dict.fromkeys(k for j in jobs for k, _ in j.settings))
     reports = [r.get("report", {}) for r in results]

@@ -133,6 +133,7 @@ def simplex_quantities(w: np.ndarray, best: np.ndarray) -> np.ndarray:
     """Test quantities of attention weights ``w [..., S]``: the weight at ``best [...]`` (the
     position the simulated alignment weighs most), the mean position Σ_j j·w_j, the entropy
     → ``[..., 3]``."""
+    w = np.asarray(w, dtype=np.float64)
     at_best = np.take_along_axis(w, best[..., None], -1)[..., 0]
     mean_pos = (w * np.arange(w.shape[-1])).sum(-1)
     entropy = -(np.where(w > 0, w * np.log(np.maximum(w, 1e-300)), 0.0)).sum(-1)

@@ -54,7 +54,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def _cmd_models(args) -> int:
-    from ..models.registry import MODELS
+    from ..registry import MODELS
 
     for e in MODELS.values():
         print(f"{e.name:<15} {e.data:<10} {e.description}\n{'':<26} reference: {e.reference}")

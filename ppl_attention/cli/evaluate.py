@@ -12,11 +12,11 @@ from ..data.kinds import data_kind
 from ..data.pharaoh import format_pharaoh
 from ..devices import jax_default_device, torch_device
 from ..errors import UserError
+from ..experiment import report
 from ..inference.evaluate import alignment_links
-from ..inference.experiment import report
-from ..inference.run import Run
 from ..models.base import capabilities, declared, require
-from ..models.registry import load_model_class
+from ..registry import load_model_class
+from ..runs import Run
 from .options import add_backend, add_device, add_posterior, posterior_options
 
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from ..backends import BACKENDS
 from ..core.schedules import LR_SCHEDULES
+from ..core.training import TRAINING_DEFAULTS, training_options
 from ..data.kinds import DATA_KINDS, data_kind
 from ..devices import DEVICE_HELP
 from ..errors import UserError
-from ..inference.fit import TRAINING_DEFAULTS, training_options
 from ..models.base import declared
 
 TRAINING_HELP = {
@@ -155,7 +155,7 @@ def add_backend(p, what: str = "the model") -> None:
 
 
 def add_model_flag(p, default: str | None = "seq2seq") -> None:
-    from ..models.registry import MODELS
+    from ..registry import MODELS
 
     p.add_argument("--model", default=default,
                    help=f"a registry name ({', '.join(MODELS)}) or your own: "
@@ -176,7 +176,7 @@ def peek_model(argv: list[str], default: str = "seq2seq") -> str:
 
 def experiment_from_args(args):
     """An :class:`~ppl_attention.inference.experiment.Experiment` from parsed options."""
-    from ..inference.experiment import Experiment
+    from ..experiment import Experiment
 
     def group(prefix):
         return {k[len(prefix):]: v for k, v in vars(args).items()

@@ -10,10 +10,10 @@ from .. import sweep
 from ..core.global_methods import GLOBAL_METHODS
 from ..core.progress import progress_bar
 from ..errors import UserError
-from ..inference.experiment import check_experiment
+from ..experiment import check_experiment
 from ..inference.methods import METHODS, get_method
 from ..models.base import check_method, declared
-from ..models.registry import load_model_class
+from ..registry import load_model_class
 from .options import (
     add_data_source,
     add_model_flag,

@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
+from ..experiment import check_experiment, train_one
 from ..inference.distributed import Distributed
-from ..inference.experiment import check_experiment, train_one
-from ..models.registry import MODELS, load_model_class
+from ..registry import MODELS, load_model_class
 from .options import (
     add_data_source,
     add_model_flag,

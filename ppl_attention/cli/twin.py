@@ -10,7 +10,7 @@ from ..contract import declared, model_backend
 from ..data.kinds import data_kind
 from ..devices import jax_default_device, torch_device
 from ..errors import UserError
-from ..models.registry import load_model_class
+from ..registry import load_model_class
 from .options import add_device, model_options
 
 DEFAULT_TOLERANCE = 1e-4
@@ -63,7 +63,7 @@ def cmd_check_twin(args) -> int:
     from ..backends import get_backend
 
     get_backend("numpyro")  # the extra installed, before any work
-    from ..numpyro.inference.parity import twin_methods, twin_parity
+    from ..parity import twin_methods, twin_parity
 
     pyro_cls = load_model_class(args.pyro_model)
     numpyro_cls = load_model_class(args.numpyro_model)

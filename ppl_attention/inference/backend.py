@@ -6,14 +6,23 @@ from __future__ import annotations
 from ..contract import declared
 from ..errors import UserError
 from ..importance import check_importance
+from .decode import stepper
 from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
 from .fit import fit
 from .importance import importance_arrays
 
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
-           "map_trees_by_index", "importance_arrays", "check_importance"]
+           "map_trees_by_index", "importance_arrays", "check_importance", "stepper", "prepare"]
 
 NAME = "pyro"
+
+
+def prepare(run) -> None:
+    """Before evaluating: a clear param store and the model in eval mode (no dropout)."""
+    import pyro
+
+    pyro.clear_param_store()
+    run.model.eval()
 
 
 def check(model_class, method) -> None:
@@ -39,8 +48,8 @@ def _pyro_model(cls) -> None:
                         f"only (it has no Pyro program to run)")
 
 
-def method_family(method: str):
-    """A fresh torch family of ``method``."""
+def method_family(method: str, model_class=None):
+    """A fresh torch family of ``method`` (``model_class``: as the NumPyro side's signature)."""
     from .methods import get_method
 
     return get_method(method).family()

@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import math
 
-import pyro
 import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 from pyro.poutine.util import site_is_subsample
 
 from ..attention import recording
-from ..backends import get_backend
+from ..core.links import links_from_positions
 from ..core.methods import guide_posterior as core_guide_posterior
 from ..core.progress import progress_bar
 from ..errors import UserError
-from ..metrics import aer
+from ..evaluation import evaluate, monotonic_share  # noqa: E402  (the orchestrator, below)
 from ..models.base import capabilities, declared, exact_posterior, exact_token_log_likelihood
 from ..models.device import model_device
+from ..runs import Run
 from .methods import get_method
-from .run import Run
 
 __all__ = ["evaluate", "map_trees", "map_trees_by_index", "tree_scores", "nll_per_token",
            "elbo_per_token", "map_alignments", "alignment_links", "log_importance_weights",
@@ -205,93 +204,7 @@ def alignment_links(run: Run, batches: list, map_fn=None) -> dict[int, set[tuple
     """Corpus index → MAP links {(source i, target j)} over real target tokens (not <eos>).
     ``map_fn(run, batch) -> [B, T]`` gives the MAP positions (default :func:`map_alignments`;
     the NumPyro side passes its own)."""
-    map_fn = map_fn or map_alignments
-    out = {}
-    for b in batches:
-        a = map_fn(run, b)
-        lengths = b.tgt_mask.sum(-1) - 1  # drop <eos>
-        for r, idx in enumerate(b.index.tolist()):
-            out[idx] = {(int(a[r, j]), j) for j in range(int(lengths[r]))}
-    return out
-
-
-def evaluate(run: Run, batches: list, gold: list | None = None,
-             log_likelihood: list[float] | None = None, iwae_k: int = 10,
-             with_elbo: bool = True, backend: str = "pyro",
-             references: dict | None = None, beam: int = 1, ensemble: list | None = None,
-             gold_trees: list | None = None, decode_pairs: list | None = None,
-             importance: dict | None = None) -> dict:
-    """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
-    ``elbo_per_token``, ``aer`` (with gold, for models with the ``alignment`` capability),
-    ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
-    ``n_unk``, ``method``, ``backend``.
-
-    ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model,
-    whichever backend trained it. ``references`` (word → pronunciations, G2P) adds
-    ``wer``/``per`` of beam-``beam`` decoding for models with the ``predictive`` capability;
-    ``ensemble`` (more runs on the same data) decodes with ``run`` and them together — the other
-    numbers stay ``run``'s. ``gold_trees`` (the gold heads of each source, corpus order) adds
-    ``uas`` of the MAP trees for a tree family; ``decode_pairs`` (source, target) adds
-    ``prefix_accuracy`` — the share of target tokens greedy decoding gets right before its
-    first error — and ``sequence_accuracy`` (exact match), for models with ``predictive``.
-    ``importance`` (``{"samples": K, "threshold": t}``) adds the evaluation by the guide's
-    importance-corrected posterior (:func:`ppl_attention.importance.evaluate_importance`:
-    IWAE-K and ELBO of the same draws, k̂ per sentence, the corrected MAP's AER)."""
-    ops = get_backend(backend)
-    ops.check_run(run)
-    pyro.clear_param_store()
-    if hasattr(run.model, "eval"):  # a torch module (a NumPyro model has no train/eval mode)
-        run.model.eval()
-    caps = capabilities(run.model)
-    nll = ops.nll_per_token(run, batches, iwae_k)
-    n_tokens = sum(b.n_tokens for b in batches)
-    report = {
-        "method": run.method,
-        "nll_per_token": nll,
-        "ppl": math.exp(nll),
-        "exact": "exact-likelihood" in caps,
-        "n_pairs": sum(b.size for b in batches),
-        "n_tokens": n_tokens,
-        "n_unk": sum(getattr(b, "n_unk", 0) for b in batches),
-        "backend": backend,
-    }
-    if not report["exact"]:
-        report["iwae_k"] = iwae_k
-    if with_elbo:
-        report["elbo_per_token"] = ops.elbo_per_token(run, batches)
-    if gold is not None and "alignment" in caps:
-        links = ops.alignment_links(run, batches)
-        idx = sorted(links)
-        report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
-    if gold_trees is not None and getattr(run.model.family, "tree", False):
-        from ..core.trees import attachment_score
-
-        trees = ops.map_trees_by_index(run, batches)
-        idx = sorted(trees)
-        report["uas"] = attachment_score([trees[i] for i in idx], [gold_trees[i] for i in idx])
-    if decode_pairs is not None and "predictive" in caps:
-        from .decode import prefix_accuracy
-
-        report.update(prefix_accuracy(run, decode_pairs, progress=True))
-    if importance is not None:
-        from ..importance import evaluate_importance
-
-        ops.check_importance(run, importance["samples"], max(
-            (b.size, b.tgt_out.shape[1], b.src.shape[1]) for b in batches))
-        report.update(evaluate_importance(
-            lambda b, k, seed: ops.importance_arrays(run, b, k, seed), batches,
-            importance["samples"], importance["threshold"], gold,
-            tree=getattr(run.model.family, "tree", False)))
-    if log_likelihood is not None:
-        report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
-    if references and "predictive" in caps:
-        from .decode import word_error_rates
-
-        report.update(word_error_rates([run, *(ensemble or [])], references, beam,
-                                       progress=True))
-        if "alignment" in caps:
-            report["monotonic_share"] = monotonic_share(ops.alignment_links(run, batches))
-    return report
+    return links_from_positions(run, batches, map_fn or map_alignments)
 
 
 def map_trees_by_index(run: Run, batches: list, map_fn=None) -> dict[int, list[int]]:
@@ -305,11 +218,3 @@ def map_trees_by_index(run: Run, batches: list, map_fn=None) -> dict[int, list[i
     return out
 
 
-def monotonic_share(links: dict[int, set[tuple[int, int]]]) -> float:
-    """Share of pairs whose MAP alignment never moves backwards: source positions
-    non-decreasing along the target (the <eos> step excluded)."""
-    ok = 0
-    for pair_links in links.values():
-        src = [i for i, _ in sorted(pair_links, key=lambda ij: ij[1])]
-        ok += all(a <= b for a, b in zip(src, src[1:]))
-    return ok / max(1, len(links))

@@ -14,44 +14,18 @@ import torch
 from pyro import poutine
 
 from ..core.progress import progress_bar
-from ..core.schedules import LR_SCHEDULES, SPANS_STEPS, batch_order
+from ..core.schedules import LR_SCHEDULES, batch_order
+from ..core.training import check_resume_steps, training_options
 from ..errors import UserError
 from ..models.base import check_method, declared
 from ..models.device import model_device
+from ..runs import Run
 from .evaluate import nll_per_token
 from .methods import Method, differentiable_loss, get_method, loss_and_grads
-from .run import Run
+
 
 #: training options every model takes, with the package's defaults (a model's
 #: ``training_defaults`` replace them for that model)
-TRAINING_DEFAULTS = dict(steps=1000, lr=1e-2, lr_schedule="cosine", batch_size=64, clip=5.0,
-                         weight_decay=0.0, kl_weight=1.0, anneal_rho=None, valid_every=250)
-
-
-def check_resume_steps(resume, steps: int, lr_schedule: str) -> None:
-    """Refuse resuming a run with other ``--steps`` than it was trained for when its learning
-    rate follows a schedule over the steps: the resumed run would not continue the run."""
-    before = None if resume is None else resume.config.get("steps")
-    if before is not None and before != steps and lr_schedule in SPANS_STEPS:
-        raise UserError(f"--resume with --steps {steps}: this run was trained for {before} "
-                        f"steps, and its {lr_schedule} learning rate spans them — resume with "
-                        f"--steps {before}, or train with --lr-schedule constant (which a "
-                        f"resumed run may extend)")
-
-
-def training_options(model_class, **given) -> dict:
-    """The training options of a run: those ``given`` (not None), else the model's
-    ``training_defaults``, else :data:`TRAINING_DEFAULTS`."""
-    unknown = sorted(set(given) - set(TRAINING_DEFAULTS))
-    if unknown:
-        raise UserError(f"unknown training option {unknown[0]!r}; valid: "
-                        f"{', '.join(TRAINING_DEFAULTS)}")
-    out = dict(TRAINING_DEFAULTS)
-    out.update(declared(model_class, "training_defaults"))
-    out.update({k: v for k, v in given.items() if v is not None})
-    return out
-
-
 class MethodObjective:
     """A registered method on a model: its ELBO estimate at a step (KL weight η·λ(t) on the
     alignment sites, the model's own step arguments) and the validation score."""

@@ -97,15 +97,14 @@ from ..contract import (
     CAPABILITIES,
     RecordsConfig,
     capabilities,
-    check_contract,
     check_method,
+    check_model_class,
     declared,
-    refuse,
     require,
 )
 from ..core.methods import POSTERIORS
 from ..distributions import categorical_draws
-from ..errors import MissingCapability, UserError
+from ..errors import MissingCapability
 
 __all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_model_class",
            "check_method", "exact_token_log_likelihood", "exact_posterior",
@@ -286,16 +285,3 @@ def simulate(model, batch, generator=None):
 
 # --- checks -----------------------------------------------------------------------------------
 
-def check_model_class(cls, where: str = "the model") -> None:
-    """Refuse, naming every missing member, a class that does not meet the contract (a
-    NumPyro model — ``backend = "numpyro"`` — is checked against the NumPyro contract's
-    members, which are the same)."""
-    if not isinstance(cls, type):
-        raise UserError(f"{where}: {cls!r} is not a class (subclass "
-                        f"ppl_attention.models.AlignmentModel or "
-                        f"ppl_attention.numpyro.models.AlignmentModel; docs/architecture.md)")
-    if declared(cls, "backend") == "pyro" and not issubclass(cls, nn.Module):
-        raise UserError(f"{where}: {cls!r} is not a torch.nn.Module class (subclass "
-                        f"ppl_attention.models.AlignmentModel, or for a NumPyro model "
-                        f"ppl_attention.numpyro.models.AlignmentModel; docs/architecture.md)")
-    refuse(cls, check_contract(cls, where), where)

@@ -3,7 +3,7 @@
 Parameters live in a flat dict keyed exactly like the torch modules' ``state_dict()``
 (``"encoder.weight_ih_l0"``, ``"score.W.weight"``, …), arrays in torch's layout (a Linear's
 weight is ``[out, in]``; LSTM gates in torch's order i, f, g, o). Weights therefore move between
-the backends by name with no conversion table: :func:`from_torch` / :func:`to_torch`, and a run
+the backends by name with no conversion table: :func:`from_torch`, and a run
 directory's ``checkpoint.pt`` is read and written by both.
 """
 
@@ -13,7 +13,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 Params = dict[str, jnp.ndarray]
 
@@ -25,13 +24,6 @@ def from_torch(state_dict, prefix: str = "") -> Params:
         if k.startswith(prefix):
             out[k[len(prefix):]] = jnp.asarray(v.detach().cpu().numpy())
     return out
-
-
-def to_torch(params: Params, prefix: str = "") -> dict:
-    """dict of jnp arrays → a torch ``state_dict`` (float32 tensors)."""
-    import torch
-
-    return {prefix + k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in params.items()}
 
 
 def sub(params: Params, prefix: str) -> Params:

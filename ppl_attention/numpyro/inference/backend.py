@@ -6,17 +6,21 @@ from __future__ import annotations
 
 from ...contract import declared
 from ...errors import UserError
+from ...importance import check_importance
 from ..models.base import is_numpyro_model
 from .bayes import check_options as check_global_options
 from .bayes import fit_global, global_report
-from .evaluate import alignment_links, elbo_per_token, nll_per_token
+from .decode import stepper
+from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
 from .fit import data_parallel, fit
+from .importance import importance_arrays
 from .methods import get_method
 from .twins import twin_class
 
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
            "fit_global", "global_report", "check_global_options", "method_family",
-           "preflight"]
+           "preflight", "map_trees_by_index", "importance_arrays", "check_importance",
+           "stepper"]
 
 NAME = "numpyro"
 

@@ -27,10 +27,10 @@ from numpyro.infer import HMC, MCMC, NUTS, SVI, Predictive, TraceEnum_ELBO, auto
 from ... import arviz_api
 from ...contract import declared
 from ...core.global_methods import global_method
+from ...core.training import training_options
 from ...data.batching import as_numpy
 from ...errors import UserError
-from ...inference.fit import training_options
-from ...inference.run import Run
+from ...runs import Run
 from ..batching import JaxBatch, to_jax
 from ..models.base import posterior_given, token_log_likelihood_given
 from .cache import enable_compilation_cache

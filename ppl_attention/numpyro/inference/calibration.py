@@ -12,8 +12,9 @@ import numpy as np
 from numpyro import handlers
 
 from ...contract import capabilities, declared
+from ...core.methods import guide_posterior as _guide_posterior
+from ...core.methods import method_spec as get_method
 from ...core.records import recording
-from ...inference.methods import get_method
 from ..batching import to_jax
 from ..models.base import exact_posterior, simulate, substitute_params
 from .evaluate import MULTIPLE, jitted, model_and_params
@@ -66,13 +67,12 @@ def numpyro_arrays(run, batch, draws: int, seed: int, distort=None,
     """As :func:`ppl_attention.analysis.calibration.pyro_arrays`, under NumPyro."""
     out = _arrays(run, batch, draws, seed, distort)
     if importance is not None:  # the guide's K draws on the simulated targets, to be weighed
-        from ...core.methods import guide_posterior
         from .importance import crop, padded_arrays
 
         jb, model, params, sim, value = out.pop("_sim")
         site = declared(model, "site")
         wrap = None if distort is None else (lambda g: _distorted(g, site, distort))
-        raw = padded_arrays(model, params, sim, guide_posterior(run.method, run.model),
+        raw = padded_arrays(model, params, sim, _guide_posterior(run.method, run.model),
                             importance["samples"], seed + 7, None, wrap)
         B, T = batch.tgt_out.shape
         out["imp"] = crop(raw, model.family, B, T, batch.src.shape[1])

@@ -16,9 +16,10 @@ import numpy as np
 from numpyro import handlers
 
 from ...contract import capabilities, declared
+from ...core.links import links_from_positions
+from ...core.methods import guide_posterior as _guide_posterior
 from ...core.records import recording
 from ...errors import UserError
-from ...inference.evaluate import guide_posterior
 from ..batching import to_jax
 from ..models.base import exact_posterior, exact_token_log_likelihood, is_numpyro_model
 from .cache import enable_compilation_cache
@@ -123,7 +124,7 @@ def nll_per_token(run, batches, iwae_k: int = 10, seed: int = 0, params=None) ->
     jb = jax_batches(batches)
     model, p = model_and_params(run, jb[0], params)
     exact = "exact-likelihood" in capabilities(model)
-    post = guide_posterior(run)
+    post = _guide_posterior(run.method, run.model)
     total, n = 0.0, 0
     key = jax.random.PRNGKey(seed)
     for b, j in zip(batches, jb):
@@ -212,7 +213,7 @@ def map_alignments(run, batch) -> np.ndarray:
     elif model.family.deterministic or model.family.tree:  # a tree: the word attention
         a = _recorded(model, "model", None, "weights")(p, jb)
     else:
-        a = _recorded(model, "guide", guide_posterior(run), "scores")(p, jb)
+        a = _recorded(model, "guide", _guide_posterior(run.method, run.model), "scores")(p, jb)
     return np.asarray(jnp.argmax(a, -1))[:B, :T]
 
 
@@ -245,6 +246,4 @@ def map_trees_by_index(run, batches) -> dict[int, list[int]]:
 
 def alignment_links(run, batches) -> dict[int, set[tuple[int, int]]]:
     """As the Pyro side's, with this module's MAP alignments."""
-    from ...inference.evaluate import alignment_links as links
-
-    return links(run, batches, map_fn=map_alignments)
+    return links_from_positions(run, batches, map_alignments)

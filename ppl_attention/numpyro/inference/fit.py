@@ -31,9 +31,9 @@ from numpyro import handlers
 from ...contract import check_method, declared
 from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
+from ...core.training import check_resume_steps, training_options
 from ...errors import UserError
-from ...inference.fit import check_resume_steps, training_options
-from ...inference.run import Run
+from ...runs import Run
 from ..batching import to_jax
 from ..models.base import (
     constrain,

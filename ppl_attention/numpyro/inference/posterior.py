@@ -16,10 +16,10 @@ import numpy as np
 from numpyro import handlers
 
 from ...contract import capabilities, declared
+from ...core.methods import guide_posterior as _guide_posterior
+from ...core.methods import method_spec as get_method
 from ...core.records import recording
 from ...errors import UserError
-from ...inference.evaluate import guide_posterior
-from ...inference.methods import get_method
 from ..batching import to_jax
 from ..models.base import (
     exact_posterior,
@@ -142,7 +142,7 @@ def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
     kind = "deterministic" if fam.deterministic else \
         "exact" if "posterior-samples" in caps else "guide"
     with_q = kind == "exact" and get_method(run.method).posterior == "inference"
-    fn = _arrays_fn(model, num_samples, guide_posterior(run), kind, with_q)
+    fn = _arrays_fn(model, num_samples, _guide_posterior(run.method, run.model), kind, with_q)
     raw = fn(params, jb, jax.random.PRNGKey(seed))
     B, T = batch.tgt_out.shape
     S = batch.src.shape[1]
@@ -182,7 +182,7 @@ def _tree_arrays(run, model, params, batch, jb, K: int, seed: int) -> dict:
         out["heads"], out["arc_marginals"] = out["prior_heads"], prior.marginals
         out["log_lik"] = jnp.broadcast_to(_observed(trace, site), (K, Bp, T))
     else:
-        guide = functools.partial(model.guide, posterior=guide_posterior(run))
+        guide = functools.partial(model.guide, posterior=_guide_posterior(run.method, run.model))
 
         def one(k):
             g = handlers.trace(handlers.seed(substitute_params(guide, params), k)).get_trace(jb)
@@ -214,7 +214,7 @@ def diagnostic_arrays(run, batch, num_samples: int, seed: int) -> dict:
     jb = to_jax(batch, None, MULTIPLE)
     model, params = model_and_params(run, jb)
     caps = capabilities(model)
-    post = guide_posterior(run)
+    post = _guide_posterior(run.method, run.model)
     exact = "exact-posterior" in caps and "exact-likelihood" in caps
     site = declared(model, "site")
     K = num_samples

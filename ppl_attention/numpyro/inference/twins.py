@@ -136,15 +136,13 @@ def params_from_torch(twin, params: dict, torch_model, pairs=None) -> dict:
 
 
 def state_dict_from_params(twin, params: dict, torch_model, pairs=None) -> dict:
-    """The torch model's ``state_dict`` with every matched weight taken from ``params``."""
-    import torch
-
+    """The torch model's ``state_dict`` with every matched weight taken from ``params`` (each
+    made by its torch tensor's own ``new_tensor``: no torch import here)."""
     pairs = pairs or parameter_pairs(twin, params, torch_model)
     state = dict(torch_model.state_dict())
     for path, name, transform in pairs:
         value = np.array(TRANSFORMS[transform](np.asarray(_get(params, path))))
-        state[name] = torch.from_numpy(value).to(dtype=state[name].dtype,
-                                                 device=state[name].device)
+        state[name] = state[name].new_tensor(value)
     return state
 
 

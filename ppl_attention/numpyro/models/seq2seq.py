@@ -264,6 +264,83 @@ class Seq2SeqAlignment(AlignmentModel):
             scores = scores + self.decode(params, H, batch.src_mask, batch.tgt_in)[1]
         return scores
 
+    # --- decoding (the ``predictive`` capability: the torch side's members, in JAX) ---------
+    def decoder_step_of(self, params: Params, H, src_mask, emb_t, state, keys):
+        """One input-fed decoder step (torch side: ``decoder_step``): the new (h, c, c̄) and
+        the prior scores ``[k, S]``."""
+        h, c, ctx = state
+        W_ih = params["decoder.weight_ih"]
+        E = emb_t.shape[-1]
+        g = emb_t @ W_ih[:, :E].T + ctx @ W_ih[:, E:].T + params["decoder.bias_ih"]
+        h, c = lstm_update(g, gates(params, "hh", "", h, "decoder."), (h, c))
+        score_p = sub(params, "score")
+        e = self.score.from_projected(score_p, h[:, None], keys)[:, 0]
+        w = self.family.deterministic_weights(e, src_mask, sub(params, "family"))
+        return (h, c, (w[:, None] @ H)[:, 0]), e
+
+    def start_decoding_of(self, params: Params, src, src_mask) -> dict:
+        """The decoding state of one source ``src [1, S]`` (torch side: ``start_decoding``)."""
+        H = self.encode(params, src, src_mask)
+        zeros = jnp.zeros((H.shape[0], self.hidden), H.dtype)
+        words = self.tree_words(params, H, src_mask) if self.family.tree else None
+        return {"H": H, "mask": src_mask, "keys": self.score.project_keys(sub(params, "score"),
+                                                                          H),
+                "state": (zeros, zeros, zeros), "log_filter": None, "joint": None,
+                "words": words}
+
+    def decoding_step_of(self, params: Params, st: dict, prev):
+        """log p(y_t = · | x, y<t) ``[k, V]`` for the k live hypotheses whose last tokens are
+        ``prev [k]``, and the new state (torch side: ``decoding_step``): the exact predictive
+        of a categorical or Markov alignment, the mean context's otherwise."""
+        k = prev.shape[0]
+        H = jnp.broadcast_to(st["H"], (k,) + st["H"].shape[1:])
+        mask = jnp.broadcast_to(st["mask"], (k,) + st["mask"].shape[1:])
+        keys = jnp.broadcast_to(st["keys"], (k,) + st["keys"].shape[1:])
+        state, e = self.decoder_step_of(params, H, mask, _embed(params, "tgt_emb", prev),
+                                        st["state"], keys)
+        st = dict(st, state=state)
+        h = state[0]
+        fam = sub(params, "family")
+        if self.markov:
+            if st["log_filter"] is None:
+                pred = self.family.start_log_probs(e, mask, fam)
+            else:
+                logT = self.family.transition_matrix(e, mask, fam)
+                pred = jax.nn.logsumexp(st["log_filter"][:, :, None] + logT, 1)
+            logits = self.emission_logits(params, h[:, None], H)  # [k, S, V]
+            joint = pred[:, :, None] + jax.nn.log_softmax(logits, -1)
+            st["joint"] = joint
+            return jax.nn.logsumexp(joint, 1), st
+        if self.family.enumerable:
+            log_prior = jax.nn.log_softmax(jnp.where(mask, e, -jnp.inf), -1)
+            logits = self.emission_logits(params, h[:, None], H)
+            return jax.nn.logsumexp(log_prior[:, :, None] + jax.nn.log_softmax(logits, -1),
+                                    1), st
+        ctx = state[2]
+        if self.family.tree:
+            w = masked_softmax(e, mask)
+            words = jnp.broadcast_to(st["words"], (k,) + st["words"].shape[1:])
+            ctx = (w[:, None] @ words[:, 0])[:, 0]
+        return jax.nn.log_softmax(self.emission_logits(params, h, ctx), -1), st
+
+    @staticmethod
+    def keep_hypotheses_of(st: dict, rows, tokens) -> dict:
+        """Hypothesis ``rows[i]`` continued by ``tokens[i]`` becomes live hypothesis i."""
+        st = dict(st, state=tuple(x[rows] for x in st["state"]))
+        if st["joint"] is not None:
+            picked = st["joint"][rows, :, tokens]
+            st["log_filter"] = picked - jax.nn.logsumexp(picked, -1, keepdims=True)
+        return st
+
+    def start_decoding(self, src, src_mask):
+        return self.start_decoding_of(self._param(), src, src_mask)
+
+    def decoding_step(self, st, prev):
+        return self.decoding_step_of(self._param(), st, prev)
+
+    def keep_hypotheses(self, st, rows, tokens):
+        return self.keep_hypotheses_of(st, rows, tokens)
+
     # --- the contract's capability members (parameters read as the programs read them) ------
     def exact_token_log_likelihood(self, batch):
         return self.exact_token_log_likelihood_of(self._param(), batch)

@@ -1,6 +1,8 @@
 """Twins checked: a Pyro model and its NumPyro twin give the same loss and gradients on the same
-weights (moved by name, :mod:`.twins`) and the same draws, for every method both train — what
-``ppl-attention check-twin`` reports."""
+weights (moved by name, :mod:`ppl_attention.numpyro.inference.twins`) and the same draws, for
+every method both train — what ``ppl-attention check-twin`` reports. It needs both backends, so
+it sits above both: neither ``ppl_attention.inference`` nor ``ppl_attention.numpyro`` imports
+the other."""
 
 from __future__ import annotations
 
@@ -11,19 +13,19 @@ import pyro
 import torch
 from pyro import poutine
 
-from ...contract import check_method
-from ...contract import declared as decl
-from ...core.methods import METHOD_SPECS
-from ...errors import UserError
-from ...inference.fit import MethodObjective, initialize_lazy_parameters
-from ...inference.methods import differentiable_loss
-from ...inference.methods import get_method as pyro_method
-from ..batching import to_jax
-from ..models.base import init_params
-from .fit import make_loss
-from .methods import METHODS
-from .methods import get_method as numpyro_method
-from .twins import parameter_pairs, params_from_torch, state_dict_from_params
+from .contract import check_method
+from .contract import declared as decl
+from .core.methods import METHOD_SPECS
+from .errors import UserError
+from .inference.fit import MethodObjective, initialize_lazy_parameters
+from .inference.methods import differentiable_loss
+from .inference.methods import get_method as pyro_method
+from .numpyro.batching import to_jax
+from .numpyro.inference.fit import make_loss
+from .numpyro.inference.methods import METHODS
+from .numpyro.inference.methods import get_method as numpyro_method
+from .numpyro.inference.twins import parameter_pairs, params_from_torch, state_dict_from_params
+from .numpyro.models.base import init_params
 
 __all__ = ["twin_methods", "twin_parity"]
 
