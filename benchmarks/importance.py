@@ -33,9 +33,10 @@ def convergence(args) -> int:
     import torch
 
     import ppl_attention as pa
-    from ppl_attention.analysis.calibration import _Distort, planted
     from ppl_attention.data import Vocab, make_batches, make_task
     from ppl_attention.importance import correct
+    from ppl_attention.inference.calibration import Distort
+    from ppl_attention.inference.calibration import distortion as planted
     from ppl_attention.inference.importance import importance_arrays
     from ppl_attention.models.base import exact_posterior
 
@@ -55,7 +56,7 @@ def convergence(args) -> int:
     rng = np.random.default_rng(0)
     table = {}
     for name, distort in guides.items():
-        wrap = None if distort is None else (lambda g, d=distort: _Distort("align", d)(g))
+        wrap = None if distort is None else (lambda g, d=distort: Distort("align", d)(g))
         for k in args.ks:
             errs, khats = [], []
             for r in range(args.reps):
@@ -106,8 +107,13 @@ def calibration(args) -> int:
     out = Path(args.out)
     cmd = ["ppl-attention", "compare", "--task", "reorder", "--methods", args.methods,
            "--steps", str(args.steps), "--jobs", str(args.jobs), "--out", str(out)]
-    print(" ".join(cmd), file=sys.stderr)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    done = all((out / "runs" / f"{m}-seed0" / "COMPLETE").exists()
+               for m in args.methods.split(","))
+    if done:  # the runs of an earlier call are there: calibrate them again
+        print(f"reusing the trained runs under {out / 'runs'}", file=sys.stderr)
+    else:
+        print(" ".join(cmd), file=sys.stderr)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     rows = []
     for method in args.methods.split(","):
         run = out / "runs" / f"{method}-seed0"

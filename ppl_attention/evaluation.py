@@ -40,8 +40,7 @@ def evaluate(run, batches: list, gold: list | None = None,
     IWAE-K and ELBO of the same draws, k̂ per sentence, the corrected MAP's AER)."""
     ops = get_backend(backend)
     ops.check_run(run)
-    if hasattr(ops, "prepare"):
-        ops.prepare(run)  # Pyro: a clear param store, the model in eval mode
+    ops.prepare(run)  # Pyro: a clear param store, the model in eval mode
     caps = capabilities(run.model)
     nll = ops.nll_per_token(run, batches, iwae_k)
     n_tokens = sum(b.n_tokens for b in batches)

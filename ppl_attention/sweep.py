@@ -27,8 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from .data.corpus import atomic_write_text, write_directory_atomically
 from .devices import job_device
 from .errors import UserError
@@ -266,7 +264,10 @@ def run_job(train_fn: Callable, args, job: Job, run_dir: str, threads: int | Non
     ``{"status": "failed", "error", "traceback"}``."""
     try:
         if threads is not None:
-            torch.set_num_threads(threads)
+            if "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(threads)
+            else:  # torch reads it when (and if) a Pyro job imports it
+                os.environ["OMP_NUM_THREADS"] = str(threads)
             if threads == 1 and "jax" not in sys.modules:  # XLA reads its flags at import
                 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
         a = job_args(args, job)

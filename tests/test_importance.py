@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import ppl_attention as pa
-from ppl_attention.analysis.calibration import _Distort, planted
 from ppl_attention.cli import main
 from ppl_attention.data import Vocab, make_batches, make_task
 from ppl_attention.errors import UserError
@@ -31,6 +30,7 @@ from ppl_attention.importance import (
     khat_summary,
     smooth,
 )
+from ppl_attention.inference.calibration import Distort, distortion
 from ppl_attention.inference.importance import importance_arrays
 from ppl_attention.models.base import exact_posterior, exact_token_log_likelihood
 
@@ -70,7 +70,7 @@ def test_corrected_marginals_converge_to_the_exact_ones(run):
     as it stands, a proposal whose weights the correction must use."""
     b = _batch()
     def wide(g):
-        return _Distort("align", planted("logits", 0.5))(g)
+        return Distort("align", distortion("logits", 0.5))(g)
 
     e10, e100, e1000 = (_error(run, b, k, reps, wide)
                         for k, reps in ((10, 20), (100, 6), (1000, 2)))
@@ -83,7 +83,7 @@ def test_khat_small_for_the_exact_posterior_large_for_an_overconfident_guide(run
     b = _batch(8)
     exact = exact_posterior(run.model, b).detach()
     def as_exact(g):
-        return _Distort("align", lambda fn: dist.Categorical(
+        return Distort("align", lambda fn: dist.Categorical(
             probs=exact.clamp_min(1e-30)).mask(b.tgt_mask))(g)
 
     rng = np.random.default_rng(0)
@@ -93,7 +93,7 @@ def test_khat_small_for_the_exact_posterior_large_for_an_overconfident_guide(run
     np.testing.assert_allclose(arr["log_w"], np.broadcast_to(ll, arr["log_w"].shape), atol=1e-3)
     assert np.all(c["khat"] == 0.0)  # every weight is p(y | x): nothing to correct
     def bad(g):
-        return _Distort("align", planted("logits", 6.0))(g)
+        return Distort("align", distortion("logits", 6.0))(g)
 
     arr = importance_arrays(run, b, 200, seed=3, wrap_guide=bad)
     k = correct(arr["log_w"], arr["values"], rng)["khat"]
@@ -112,26 +112,32 @@ def test_bounds_of_the_same_draws(run):
 
 
 def test_both_backends_give_the_same_corrected_marginals_at_the_same_draws(run):
-    from ppl_attention.numpyro.inference.importance import importance_arrays as jax_arrays
-
-    b = _batch()
+    """On two batches of different shapes in turn (the NumPyro side compiles its draws once per
+    model: the second batch must not be read with the first one's shapes)."""
     import pyro
     from pyro import poutine
 
+    from ppl_attention.numpyro.inference.importance import importance_arrays as jax_arrays
+
+    by_len = sorted(TASK.test.pairs, key=lambda p: len(p[0]))
+    batches = [make_batches(ps, SV, TV, 4)[0] for ps in (by_len[:4], by_len[-4:])]
+    assert batches[0].src.shape[1] != batches[1].src.shape[1]
     model32 = run.model.float()
     k = 40
-    draws = []
-    pyro.set_rng_seed(5)
-    for _ in range(k):
-        tr = poutine.trace(model32.guide).get_trace(b, posterior="inference")
-        draws.append(tr.nodes["align"]["value"].numpy())
-    draws = np.stack(draws)
-    a = importance_arrays(run, b, k, draws=draws)
-    j = jax_arrays(run, b, k, draws=draws)
-    np.testing.assert_allclose(j["log_w"], a["log_w"], rtol=1e-5, atol=1e-4)
-    rng = np.random.default_rng(0)
-    ca, cj = correct(a["log_w"], a["values"], rng), correct(j["log_w"], j["values"], rng)
-    np.testing.assert_allclose(cj["marginals"], ca["marginals"], atol=1e-5)
+    for b in batches:
+        draws = []
+        pyro.set_rng_seed(5)
+        for _ in range(k):
+            tr = poutine.trace(model32.guide).get_trace(b, posterior="inference")
+            draws.append(tr.nodes["align"]["value"].numpy())
+        draws = np.stack(draws)
+        a = importance_arrays(run, b, k, draws=draws)
+        j = jax_arrays(run, b, k, draws=draws)
+        assert j["values"].shape == a["values"].shape
+        np.testing.assert_allclose(j["log_w"], a["log_w"], rtol=1e-5, atol=1e-4)
+        rng = np.random.default_rng(0)
+        ca, cj = correct(a["log_w"], a["values"], rng), correct(j["log_w"], j["values"], rng)
+        np.testing.assert_allclose(cj["marginals"], ca["marginals"], atol=1e-5)
 
 
 def test_bad_samples_and_runs_without_a_posterior_are_refused(run, tmp_path):

@@ -7,8 +7,8 @@ from .figures import (
     plot_entropy,
     plot_pair_heatmaps,
 )
-from .inference_data import alignment_arrays, to_inference_data
+from .inference_data import to_inference_data
 
-__all__ = ["KHAT_THRESHOLD", "alignment_arrays", "entropy_per_position", "guide_diagnostics",
+__all__ = ["KHAT_THRESHOLD", "entropy_per_position", "guide_diagnostics",
            "plot_alignment_posteriors", "plot_entropy", "plot_pair_heatmaps",
            "to_inference_data"]

@@ -28,33 +28,32 @@ which must pass. On data with gold alignments, the coverage of the same sets (of
 targets' q and exact posterior, the deterministic smallest set of mass ≥ level) against the
 gold links says whether the model *and* its guide are honest about the truth.
 
-A NumPyro model's run goes through :mod:`ppl_attention.numpyro.inference.calibration`; a Pyro
-model's (whichever backend trained it) through its Pyro program here. ``distort`` plants a
-miscalibration (a power study): a function of the guide site's distribution returning another.
+The simulations and draws come from the run's backend (``calibration_arrays`` of
+:mod:`ppl_attention.inference.calibration` or :mod:`ppl_attention.numpyro.inference.calibration`);
+everything here is NumPy. ``distort`` plants a miscalibration (a power study): a
+:func:`planted` distortion (either backend), or a function of the guide site's distribution
+(of the run's backend) returning another.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyro
-import torch
-from pyro import poutine
-from pyro.poutine.messenger import Messenger
 
 from .. import arviz_api
-from ..attention import recording
+from ..backends import get_backend
+from ..contract import require
+from ..core.methods import method_spec as get_method
 from ..core.progress import progress_bar
-from ..data.batching import make_batches
+from ..data.batching import array_kind, make_batches
 from ..data.corpus import atomic_write_text
 from ..errors import UserError
-from ..inference.methods import get_method
-from ..models.base import capabilities, declared, exact_posterior, require, simulate
-from ..models.device import model_device
 
-__all__ = ["LEVELS", "calibrate", "weighted_pit", "uncalibratable", "planted", "rank_with_ties",
+__all__ = ["LEVELS", "calibrate", "weighted_pit", "uncalibratable", "planted", "Planted",
+           "rank_with_ties",
            "pit", "randomized_set_coverage", "interval_coverage", "uniformity", "write_report",
            "ALPHA"]
 
@@ -157,156 +156,24 @@ def test_quantities(family, truth, draws, seed: int = 0):
             QUANTITIES["simplex"])
 
 
-# --- the Pyro side: simulations and draws of one batch ---------------------------------------
+@dataclass(frozen=True)
+class Planted:
+    """A planted miscalibration of the guide site, for power studies (either backend):
+    ``"logits"`` multiplies a categorical q's logits by ``factor`` (> 1 over-confident, < 1
+    under-confident), ``"concentration"`` a Dirichlet q's concentration (> 1 over-confident).
+    Each backend turns it into a function of its site's distribution (``distortion``)."""
 
-def planted(kind: str, factor: float):
-    """A planted miscalibration of a Pyro guide site, for power studies: ``"logits"`` multiplies
-    a categorical q's logits by ``factor`` (> 1 over-confident, < 1 under-confident),
-    ``"concentration"`` a Dirichlet q's concentration (> 1 over-confident)."""
-    from pyro.distributions.torch_distribution import MaskedDistribution
-
-    from ..distributions import MaskedDirichlet
-
-    def distort(fn):
-        mask = None
-        if isinstance(fn, MaskedDistribution):
-            fn, mask = fn.base_dist, fn._mask
-        if kind == "logits" and getattr(fn.support, "is_discrete", False) \
-                and hasattr(fn, "logits"):  # a categorical guide, however it is subclassed
-            new = type(fn)(logits=fn.logits * factor)
-        elif kind == "concentration" and isinstance(fn, MaskedDirichlet):
-            new = MaskedDirichlet(fn.concentration * factor, fn.source_mask)
-        else:
-            raise UserError(f"cannot plant {kind!r} in a {type(fn).__name__} guide site")
-        return new if mask is None else new.mask(mask)
-
-    return distort
+    kind: str
+    factor: float
 
 
-class _Distort(Messenger):
-    """Replace the distribution of the guide site ``site`` by ``fn(distribution)``."""
-
-    def __init__(self, site: str, fn):
-        super().__init__()
-        self.site, self.fn = site, fn
-
-    def _pyro_sample(self, msg):
-        if msg["name"] == self.site:
-            msg["fn"] = self.fn(msg["fn"])
-
-
-@torch.no_grad()
-def pyro_arrays(run, batch, draws: int, distort=None, importance: dict | None = None) -> dict:
-    """One batch's simulations and guide draws under Pyro (numpy): ``sim`` (the batch with
-    simulated targets), ``mask [B, T]``; ``truth`` — z* ``[B, T]`` (categorical) or its values
-    ``[B, T, …]`` —; ``q_probs [B, T, S]`` of a categorical guide or ``q_values [L, B, T, …]``
-    and ``logq_draws [L, B]``, ``logq_truth [B]`` of a continuous one; ``exact_probs`` where
-    the model has an exact posterior."""
-    model = run.model
-    site = declared(model, "site")
-    m = get_method(run.method)
-    batch = batch.to(model_device(model))
-    sim, value, weights = simulate(model, batch)
-    fam = model.family
-    if getattr(fam, "tree", False):
-        out = _tree_arrays(model, site, m, sim, value, draws, distort)
-    else:
-        out = _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort)
-    if importance is not None:  # the guide's K draws on the simulated targets, to be weighed
-        from ..inference.importance import importance_arrays
-
-        seed = int(torch.randint(0, 2**31 - 1, (1,)))
-        wrap = None if distort is None else (lambda g: _Distort(site, distort)(g))
-        out["imp"] = importance_arrays(run, sim, importance["samples"], seed, wrap_guide=wrap)
-        if "logq_truth" not in out:  # a categorical guide: log q(z*) = Σ_t log q(z*_t)
-            guide = model.guide if distort is None else _Distort(site, distort)(model.guide)
-            fn = poutine.trace(guide).get_trace(sim, posterior=m.posterior).nodes[site]["fn"]
-            out["logq_truth"] = _per_pair_log_prob(fn, value, sim.tgt_mask).cpu().numpy()
-    return out
-
-
-def _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort) -> dict:
-    fam = model.family
-    out = {"sim": sim, "mask": sim.tgt_mask.cpu().numpy()}
-    if "exact-posterior" in capabilities(model):
-        out["exact_probs"] = exact_posterior(model, sim).cpu().numpy()
-    truth = value if fam.enumerable else (value if fam.latent_context else weights)
-    out["truth"] = truth.cpu().numpy()
-    if m.posterior == "none":
-        return out
-    guide = model.guide if distort is None else _Distort(site, distort)(model.guide)
-    if fam.enumerable:
-        trace = poutine.trace(guide).get_trace(sim, posterior=m.posterior)
-        fn = trace.nodes[site]["fn"]
-        support = fn.enumerate_support(expand=False)
-        S = support.shape[0]
-        q = fn.log_prob(support).exp().reshape(S, *sim.tgt_out.shape).permute(1, 2, 0)
-        out["q_probs"] = q.cpu().numpy()
-        return out
-    values, logq = [], []
-    for _ in range(draws):
-        with recording() as calls:
-            trace = poutine.trace(guide).get_trace(sim, posterior=m.posterior)
-        node = trace.nodes[site]
-        call = next(c for c in calls if c.name == site)
-        values.append(node["value"] if fam.latent_context else call.weights)
-        logq.append(_per_pair_log_prob(node["fn"], node["value"], sim.tgt_mask))
-    out["q_values"] = torch.stack(values).cpu().numpy()
-    out["logq_draws"] = torch.stack(logq).cpu().numpy()
-    out["logq_truth"] = _per_pair_log_prob(node["fn"], value, sim.tgt_mask).cpu().numpy()
-    return out
-
-
-def _tree_arrays(model, site, m, sim, value, draws, distort) -> dict:
-    """:func:`pyro_arrays` for a tree family, per word instead of per token: ``truth`` the
-    simulated tree's heads ``[B, S]``, ``mask`` the real words, ``q_probs [B, S(word),
-    S(head)]`` q's arc marginals (each word's head distribution), ``logq_draws [L, B]`` /
-    ``logq_truth [B]`` the exact log q of L draws of q's trees and of the simulated one."""
-    S = sim.src.shape[1]
-    out = {"sim": sim, "mask": sim.src_mask.cpu().numpy(),
-           "truth": value.reshape(sim.size, S).cpu().numpy()}
-    guide = model.guide if distort is None else _Distort(site, distort)(model.guide)
-    fn = poutine.trace(guide).get_trace(sim, posterior=m.posterior).nodes[site]["fn"]
-    mu = fn.marginals.reshape(sim.size, S, S)
-    out["q_probs"] = mu.transpose(-1, -2).cpu().numpy()
-    tree_draws = fn.sample((draws,))
-    out["logq_draws"] = fn.log_prob(tree_draws).reshape(draws, sim.size).cpu().numpy()
-    out["logq_truth"] = fn.log_prob(value).reshape(sim.size).cpu().numpy()
-    return out
-
-
-def _per_pair_log_prob(fn, value, tgt_mask):
-    lp = fn.log_prob(value)
-    return torch.where(tgt_mask, lp, torch.zeros_like(lp)).sum(-1)
-
-
-@torch.no_grad()
-def pyro_probs(run, batch) -> dict:
-    """On real targets: q's probabilities ``[B, T, S]`` (a categorical guide) or its mean
-    weights over draws, and the exact posterior where there is one — for gold coverage."""
-    model = run.model
-    site = declared(model, "site")
-    m = get_method(run.method)
-    batch = batch.to(model_device(model))
-    out = {}
-    if "exact-posterior" in capabilities(model):
-        out["exact_probs"] = exact_posterior(model, batch).cpu().numpy()
-    if m.posterior != "none" and not model.family.latent_context:
-        if model.family.enumerable:
-            trace = poutine.trace(model.guide).get_trace(batch, posterior=m.posterior)
-            fn = trace.nodes[site]["fn"]
-            support = fn.enumerate_support(expand=False)
-            S = support.shape[0]
-            out["q_probs"] = fn.log_prob(support).exp().reshape(
-                S, *batch.tgt_out.shape).permute(1, 2, 0).cpu().numpy()
-        else:
-            ws = []
-            for _ in range(20):
-                with recording() as calls:
-                    model.guide(batch, posterior=m.posterior)
-                ws.append(next(c for c in calls if c.name == site).weights)
-            out["q_probs"] = torch.stack(ws).mean(0).cpu().numpy()
-    return out
+def planted(kind: str, factor: float) -> Planted:
+    """:class:`Planted` ``(kind, factor)``, checked."""
+    if kind not in ("logits", "concentration"):
+        raise UserError(f"planted: kind must be 'logits' or 'concentration', got {kind!r}")
+    if not factor > 0:
+        raise UserError(f"planted: factor must be > 0, got {factor!r}")
+    return Planted(kind, float(factor))
 
 
 # --- aggregation ------------------------------------------------------------------------------
@@ -501,21 +368,18 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     reason = uncalibratable(run)
     if reason:
         raise UserError(f"calibrate: {reason}")
-    numpyro = run.backend == "numpyro"
-    if numpyro:
-        from ..numpyro.inference import calibration as backend_side
-    else:
-        model.eval()
-        pyro.clear_param_store()
-        pyro.set_rng_seed(seed)
+    ops = get_backend(run.backend)
+    ops.prepare(run)
+    if isinstance(distort, Planted):
+        distort = ops.distortion(distort.kind, distort.factor)
     sims = [pairs[i % len(pairs)] for i in range(num_sims)]
-    batches = make_batches(sims, run.src_vocab, run.tgt_vocab, 64)
+    kind = array_kind(model)
+    batches = make_batches(sims, run.src_vocab, run.tgt_vocab, 64, array=kind)
     arrays = []
     for i, b in enumerate(progress_bar(batches, desc="calibrate", unit="batch", leave=False,
                                disable=not progress)):
-        arrays.append(backend_side.numpyro_arrays(run, b, draws, seed * 1_000_003 + i, distort,
-                                                  importance)
-                      if numpyro else pyro_arrays(run, b, draws, distort, importance))
+        arrays.append(ops.calibration_arrays(run, b, draws, seed * 1_000_003 + i, distort,
+                                             importance))
     rng = np.random.default_rng(seed)
     rows = []
     masks = [a["mask"] for a in arrays]
@@ -540,13 +404,12 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     out = {"method": run.method, "backend": run.backend, "num_sims": num_sims, "draws": draws,
            "seed": seed, "levels": list(LEVELS), "rows": rows, "gold_coverage": None}
     if gold is not None:
-        real = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
+        real = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold, array=kind)
         if getattr(fam, "tree", False):  # gold links align target tokens, not tree heads
             real = []
-        probs = [(backend_side.numpyro_probs(run, b) if numpyro else pyro_probs(run, b))
-                 for b in real]
+        probs = [ops.calibration_probs(run, b) for b in real]
         gold_sets = [[gold[i] for i in b.index.tolist()] for b in real]
-        rm = [b.tgt_mask.cpu().numpy() for b in real]
+        rm = [np.asarray(b.tgt_mask) for b in real]
         out["gold_coverage"] = {k: _gold_coverage([p[k] for p in probs], gold_sets, rm)
                                 for k in ("q_probs", "exact_probs")
                                 if probs and all(k in p for p in probs)} or None

@@ -28,26 +28,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pyro
-import torch
-from pyro import poutine
 
 from .. import arviz_api
-from ..attention import recording
+from ..backends import get_backend
+from ..contract import capabilities, require
 from ..core.progress import progress_bar
-from ..data.batching import make_batches
+from ..data.batching import array_kind, make_batches
 from ..errors import UserError
-from ..inference.evaluate import guide_posterior, log_importance_weights
-from ..inference.methods import get_method
+from ..importance import KHAT_THRESHOLD, MIN_DISTINCT
 from ..metrics import aer
-from ..models.base import (
-    capabilities,
-    declared,
-    exact_posterior,
-    exact_token_log_likelihood,
-    require,
-)
-from .inference_data import model_device
 
 __all__ = ["guide_diagnostics", "KHAT_THRESHOLD", "MIN_DISTINCT"]
 
@@ -56,83 +45,33 @@ def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
     m = a.max(axis, keepdims=True)
     return (m + np.log(np.exp(a - m).sum(axis, keepdims=True))).squeeze(axis)
 
-KHAT_THRESHOLD = 0.7
-MIN_DISTINCT = 20
-
-
-@torch.no_grad()
-def _pyro_arrays(run, b, num_samples: int, exact: bool) -> dict:
-    """What the diagnostics read of one batch, under Pyro (see
-    :func:`ppl_attention.numpyro.inference.posterior.diagnostic_arrays` for the keys)."""
-    model = run.model
-    b = b.to(model_device(model))
-    site = declared(model, "site")
-    post = guide_posterior(run)
-    out = {"lw": log_importance_weights(run, b, num_samples).cpu().numpy().astype(np.float64)}
-    if exact:
-        guide = poutine.trace(model.guide).get_trace(b, posterior=post)
-        fn = guide.nodes[site]["fn"]
-        support = fn.enumerate_support(expand=False)
-        S = support.shape[0]
-        log_q = fn.log_prob(support).reshape(S, *b.tgt_out.shape).permute(1, 2, 0)
-        q = log_q.exp().reshape(-1, S)
-        draws = torch.multinomial(q, num_samples, replacement=True).T.reshape(
-            num_samples, *b.tgt_out.shape)
-        out.update(exact_ll=exact_token_log_likelihood(model, b).cpu().numpy(),
-                   log_q=log_q.cpu().numpy(), p_exact=exact_posterior(model, b).cpu().numpy(),
-                   draws=draws.cpu().numpy())
-    elif getattr(model.family, "tree", False):  # the word attention; q's trees of the sources
-        with recording() as calls, poutine.block():
-            model.model(b)
-        w = next(c for c in calls if c.name == site).weights.argmax(-1)
-        out["draws"] = w.expand(num_samples, *w.shape).cpu().numpy()
-        if post != "none" and get_method(run.method).posterior != "none":
-            trees = []
-            for _ in range(num_samples):
-                with poutine.block():
-                    g = poutine.trace(model.guide).get_trace(b, posterior=post)
-                trees.append(g.nodes[site]["value"].reshape(b.size, -1, b.src.shape[1])[:, 0])
-            out["trees"] = torch.stack(trees).cpu().numpy()
-    else:
-        ws = []
-        for _ in range(num_samples):
-            with recording() as calls, poutine.block():
-                model.guide(b, posterior=post)
-            ws.append(next(c for c in calls if c.name == site).weights.argmax(-1))
-        out["draws"] = torch.stack(ws).cpu().numpy()
-    return out
-
 
 def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
                       progress: bool = True, gold_trees: list | None = None) -> dict:
     """Diagnostics of ``run``'s guide on ``pairs`` with ``gold`` alignments (lists of
     (source, target) link sets); see the module docstring. A NumPyro model's run is read
-    through the NumPyro contract (the same numbers)."""
+    through the NumPyro contract (the same numbers): the arrays come from the run's backend
+    (``diagnostic_arrays``)."""
     if not isinstance(num_samples, int) or num_samples < 2:
         raise UserError(f"num_samples must be an int ≥ 2, got {num_samples!r}")
     pairs = getattr(pairs, "pairs", pairs)
     model = run.model
     require(model, "alignment", tool="guide diagnostics")
-    numpyro = run.backend == "numpyro"
-    if numpyro:
-        from ..numpyro.inference.posterior import diagnostic_arrays
-    else:
-        model.eval()
-        pyro.clear_param_store()
-        pyro.set_rng_seed(seed)
+    ops = get_backend(run.backend)
+    ops.prepare(run)
     if model.family.deterministic:
         raise UserError(f"{run.method}: a deterministic family ({model.family.name}) has no "
                         f"latent alignment to diagnose")
     caps = capabilities(model)
     exact = "exact-posterior" in caps and "exact-likelihood" in caps
-    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold)
+    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold,
+                           array=array_kind(model))
     kl_sum, n_tok, log_lik, elbo, iwae = 0.0, 0, 0.0, 0.0, 0.0
     khat, ess, draw_links = [], [], {k: {} for k in range(num_samples)}
     uas_hit = uas_n = 0  # q's trees against the gold trees (a tree family)
     for i, b in enumerate(progress_bar(batches, desc="diagnose", unit="batch", leave=False,
                                disable=not progress)):
-        arr = diagnostic_arrays(run, b, num_samples, seed * 100_003 + i) if numpyro else \
-            _pyro_arrays(run, b, num_samples, exact)
+        arr = ops.diagnostic_arrays(run, b, num_samples, seed * 100_003 + i)
         lw64 = arr["lw"].T  # [B, K]
         n_tok += b.n_tokens
         elbo += float(lw64.mean(1).sum())
@@ -144,7 +83,7 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
             khat.extend(np.atleast_1d(k).tolist())
         w = np.exp(lw64 - _logsumexp(lw64, 1)[:, None])
         ess.extend((1.0 / (w**2).sum(1) / num_samples).tolist())
-        mask = b.tgt_mask.numpy()
+        mask = np.asarray(b.tgt_mask)
         if exact:
             log_lik += float(arr["exact_ll"].sum())
             p_exact = arr["p_exact"]
@@ -160,7 +99,7 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
                 hit = (arr["trees"][:, r, :L] == np.asarray(gold_trees[idx])[None]).sum()
                 uas_hit, uas_n = uas_hit + int(hit), uas_n + L * num_samples
         draws = arr["draws"]
-        lengths = (b.tgt_mask.sum(-1) - 1).tolist()
+        lengths = (np.asarray(b.tgt_mask).sum(-1) - 1).tolist()
         for r, idx in enumerate(b.index.tolist()):
             for kk in range(num_samples):
                 draw_links[kk][idx] = {(int(draws[kk, r, j]), j) for j in range(lengths[r])}

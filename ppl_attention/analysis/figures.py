@@ -102,7 +102,7 @@ def plot_alignment_posteriors(runs, source: list[str], target: list[str], path,
     from ..attention import recording
     from ..data.batching import collate
     from ..models.base import declared, exact_posterior
-    from .inference_data import model_device
+    from ..models.device import model_device
 
     fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs) + 1, 0.35 * len(target) + 2),
                              squeeze=False)

@@ -32,172 +32,23 @@ name each log-likelihood entry.
 from __future__ import annotations
 
 import numpy as np
-import pyro
-import torch
-from pyro import poutine
-from pyro.poutine.util import site_is_subsample
 
 from .. import arviz_api
-from ..attention import recording
+from ..backends import get_backend
+from ..contract import require
 from ..core.progress import progress_bar
-from ..data.batching import make_batches
-from ..distributions import categorical_draws
+from ..data.batching import array_kind, make_batches
 from ..errors import UserError
-from ..inference.evaluate import guide_posterior
-from ..inference.methods import get_method
-from ..models.base import (
-    capabilities,
-    declared,
-    exact_posterior,
-    posterior_samples,
-    prior_probs,
-    require,
-)
-from ..models.device import model_device
 
-__all__ = ["to_inference_data", "alignment_arrays", "observed_log_likelihood", "model_device"]
-
-
-def _site(calls, site: str):
-    for c in calls:
-        if c.name == site:
-            return c
-    raise UserError(f"no pa.attend call wrote the site {site!r} (declare the model's `site`)")
-
-
-def _observed(trace, skip: str) -> torch.Tensor:
-    """Σ of the observed sites' log-densities (the targets), ``[..., B, T]``."""
-    trace.compute_log_prob()
-    total = 0.0
-    for name, site in trace.nodes.items():
-        if site["type"] == "sample" and site["is_observed"] and name != skip \
-                and not site_is_subsample(site):
-            total = total + site["log_prob"]
-    return total
-
-
-def observed_log_likelihood(model, batch, z: torch.Tensor) -> torch.Tensor:
-    """log p(y_t | x, y<t, z_t) at alignment draws ``z [K, B, T]`` (source positions) →
-    ``[K, B, T]``: the model's ``alignment_log_likelihood`` member, or its program run once
-    with the alignment site conditioned on all K draws at once (they broadcast on the left, as
-    enumerated values do)."""
-    own = getattr(model, "alignment_log_likelihood", None)
-    if callable(own):
-        return own(batch, z)
-    site = declared(model, "site")
-    conditioned = poutine.condition(model.model, data={site: z})
-    trace = poutine.trace(conditioned).get_trace(batch)
-    return torch.broadcast_to(_observed(trace, site), z.shape)
-
-
-@torch.no_grad()
-def alignment_arrays(run, batch, num_samples: int, generator: torch.Generator) -> dict:
-    """Per batch, as numpy: ``prior`` [B, T, S] probabilities (or None), ``exact`` [B, T, S]
-    or None, ``posterior`` draws [K, B, T, S], ``q`` draws [K, B, T, S] or None, ``log_lik``
-    [K, B, T] (log p(y_t | ·, z_t) at the posterior draws), ``prior_draws`` [K, B, T, S]."""
-    model = run.model
-    caps = capabilities(model)
-    site = declared(model, "site")
-    B, T = batch.tgt_out.shape
-    S = batch.src.shape[1]
-    K = num_samples
-    fam = model.family
-
-    def one_hot_draws(probs):
-        idx = categorical_draws(probs.reshape(-1, S), K, generator)
-        return torch.nn.functional.one_hot(idx.T.reshape(K, B, T), S).to(probs.dtype)
-
-    if getattr(fam, "tree", False):
-        return _tree_arrays(run, batch, K, generator)
-    out = {"prior": prior_probs(model, batch) if "prior" in caps else None, "exact": None,
-           "q": None}
-    if fam.deterministic:
-        with recording() as calls, poutine.block():
-            trace = poutine.trace(model.model).get_trace(batch)
-        w = _site(calls, site).weights
-        out["prior"] = w
-        out["posterior"] = out["prior_draws"] = w.expand(K, B, T, S)
-        out["log_lik"] = torch.broadcast_to(_observed(trace, site), (B, T)).expand(K, B, T)
-    elif "posterior-samples" in caps:
-        idx = posterior_samples(model, batch, K, generator)
-        out["exact"] = exact_posterior(model, batch)
-        out["posterior"] = torch.nn.functional.one_hot(idx, S).float()
-        out["log_lik"] = observed_log_likelihood(model, batch, idx)
-        out["prior_draws"] = one_hot_draws(out["prior"])
-        if get_method(run.method).posterior == "inference":
-            guide = poutine.trace(model.guide).get_trace(batch, posterior="inference")
-            fn = guide.nodes[site]["fn"]
-            support = fn.enumerate_support(expand=False)
-            q = fn.log_prob(support).exp().reshape(S, B, T).permute(1, 2, 0)
-            out["q"] = one_hot_draws(q)
-    else:
-        draws, lls, priors = [], [], []
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))  # generator.device
-        pyro.set_rng_seed(seed)
-        post = guide_posterior(run)
-        for _ in range(K):
-            with recording() as calls, poutine.block():
-                guide = poutine.trace(model.guide).get_trace(batch, posterior=post)
-            draws.append(_site(calls, site).weights)
-            with poutine.block():
-                replayed = poutine.trace(poutine.replay(model.model, trace=guide)).get_trace(batch)
-            lls.append(torch.broadcast_to(_observed(replayed, site), (B, T)))
-            with recording() as calls, poutine.block():
-                model.model(batch)
-            priors.append(_site(calls, site).weights)
-        out["posterior"], out["log_lik"] = torch.stack(draws), torch.stack(lls)
-        out["prior_draws"] = torch.stack(priors)
-    return {k: (None if v is None else v.float().cpu().numpy()) for k, v in out.items()}
-
-
-def _tree_arrays(run, batch, K: int, generator: torch.Generator) -> dict:
-    """:func:`alignment_arrays` for a tree family: the query's word attention (``posterior``,
-    ``prior_draws``: deterministic given x, y<t), and the source's tree — ``heads`` [K, B, S]
-    drawn from the guide q(tree | x, y) (the exact prior tree for ``tree-marginals``, which has
-    no guide), ``prior_heads`` [K, B, S] from the prior p(tree | x), ``arc_marginals``
-    [B, S, S] of the tree the heads are drawn from; ``log_lik`` at each drawn tree."""
-    from ..trees import DependencyTree
-
-    model = run.model
-    site = declared(model, "site")
-    fam = model.family
-    B, T = batch.tgt_out.shape
-    S = batch.src.shape[1]
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-    pyro.set_rng_seed(seed)
-    with recording() as calls, poutine.block():
-        trace = poutine.trace(model.model).get_trace(batch)
-    call = _site(calls, site)
-    w = call.weights
-    arcs = call.scores.reshape(B, -1, S, S).sum(1)
-    prior = DependencyTree(arcs, batch.src_mask.sum(-1), projective=fam.projective,
-                           single_root=fam.single_root)
-    out = {"prior": w, "exact": None, "q": None, "posterior": w.expand(K, B, T, S),
-           "prior_draws": w.expand(K, B, T, S), "prior_heads": prior.sample((K,))}
-    if fam.deterministic:
-        out["heads"], out["arc_marginals"] = out["prior_heads"], prior.marginals
-        out["log_lik"] = torch.broadcast_to(_observed(trace, site), (B, T)).expand(K, B, T)
-    else:
-        heads, lls = [], []
-        post = guide_posterior(run)
-        for _ in range(K):
-            with poutine.block():
-                guide = poutine.trace(model.guide).get_trace(batch, posterior=post)
-                replayed = poutine.trace(poutine.replay(model.model, trace=guide)).get_trace(batch)
-            heads.append(guide.nodes[site]["value"].reshape(B, -1, S)[:, 0])
-            lls.append(torch.broadcast_to(_observed(replayed, site), (B, T)))
-        q = guide.nodes[site]["fn"]
-        out["arc_marginals"] = q.marginals.reshape(B, -1, S, S)[:, 0]
-        out["heads"], out["log_lik"] = torch.stack(heads), torch.stack(lls)
-    return {k: (None if v is None else v.float().cpu().numpy()) for k, v in out.items()}
+__all__ = ["to_inference_data"]
 
 
 def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_size: int = 64,
                       progress: bool = True, importance: dict | None = None):
     """``arviz.InferenceData`` of the alignments of ``pairs`` (a list of (source, target) token
-    lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run`` — a NumPyro
-    model's run through the NumPyro contract
-    (:func:`ppl_attention.numpyro.inference.posterior.alignment_arrays`), the same groups.
+    lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run``, its arrays
+    from the run's backend (``alignment_arrays`` of :mod:`ppl_attention.inference.posterior` or
+    :mod:`ppl_attention.numpyro.inference.posterior`: the same groups either way).
 
     ``importance`` (``{"samples": K, "threshold": t}``): ``posterior`` holds ``num_samples``
     draws resampled from the guide's importance-corrected posterior (K draws per pair, PSIS;
@@ -205,7 +56,6 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     holds each pair's ``khat`` and the K draws' ``log_weights`` and normalized ``weights``."""
     import xarray as xr
 
-    from ..backends import get_backend
     from ..importance import check_importance, correct
 
     if not isinstance(num_samples, int) or num_samples <= 0:
@@ -214,20 +64,16 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     pairs = getattr(pairs, "pairs", pairs)
     if not pairs:
         raise UserError("no pairs to analyse")
-    numpyro = run.backend == "numpyro"
+    ops = get_backend(run.backend)
     if importance is not None:
-        ops = get_backend(run.backend)
         check_importance(run, importance["samples"])
         imp_rng = np.random.default_rng(seed)
         imp_khat = np.full(len(pairs), np.nan)
         imp_lw = np.full((len(pairs), importance["samples"]), np.nan)
         imp_w = np.full((len(pairs), importance["samples"]), np.nan)
-    if numpyro:
-        from ..numpyro.inference.posterior import alignment_arrays as numpyro_arrays
-    else:
-        run.model.eval()
-        pyro.clear_param_store()
-    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, batch_size)
+    ops.prepare(run)
+    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, batch_size,
+                           array=array_kind(run.model))
     N, K = len(pairs), num_samples
     T = max(len(t) for _, t in pairs) + 1  # + <eos>
     S = max(len(s) for s, _ in pairs)
@@ -238,21 +84,18 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     exact = None
     trees = None  # heads [K, N, S], prior heads, arc marginals [N, S, S] (a tree family)
     token_ll = [[] for _ in range(N)]
-    g = torch.Generator().manual_seed(seed)
+    seeds = np.random.default_rng(seed)
     for b in progress_bar(batches, desc="analyze", unit="batch", leave=False, disable=not progress):
-        if numpyro:
-            arr = numpyro_arrays(run, b, K, int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
-        else:
-            arr = alignment_arrays(run, b.to(model_device(run.model)), K, g)
+        arr = ops.alignment_arrays(run, b, K, int(seeds.integers(2**31 - 1)))
         if importance is not None:  # the posterior draws: resampled from the corrected one
             imp = ops.importance_arrays(run, b, importance["samples"],
-                                        int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+                                        int(seeds.integers(2**31 - 1)))
             c = correct(imp["log_w"], imp["values"], imp_rng, resamples=K)
             cols = np.arange(b.size)[None, :]
             drawn = imp["values"][c["resampled"], cols]
             if arr.get("heads") is not None:  # a tree: heads from the arc indicators
                 S_b = b.src.shape[1]
-                real = np.arange(S_b) < b.src_mask.sum(-1).numpy()[:, None]
+                real = np.arange(S_b) < np.asarray(b.src_mask).sum(-1)[:, None]
                 arr["heads"] = np.where(real[None], drawn.argmax(-2), np.arange(S_b))
                 arr["arc_marginals"] = c["marginals"]
             else:

@@ -41,13 +41,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     ap = _Parser(prog="ppl-attention", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     command = next((a for a in argv if not a.startswith("-")), None)
-    model = peek_model(argv) if command in ("train", "compare", "sweep") else "seq2seq"
-    train.add_parser(sub, model if command == "train" else "seq2seq")
+    # only the command run builds its model-dependent options (and imports its model)
+    model = peek_model(argv) if command in ("train", "compare", "sweep") else None
+    train.add_parser(sub, model if command == "train" else None)
     evaluate.add_parsers(sub)
     analyze.add_parsers(sub)
     sample.add_parser(sub)
     twin.add_parser(sub)
-    sweep.add_parsers(sub, model if command in ("compare", "sweep") else "seq2seq")
+    sweep.add_parsers(sub, model if command in ("compare", "sweep") else None, command)
     p = sub.add_parser("models", help="the model registry: name, data, reference")
     p.set_defaults(fn=_cmd_models)
     return ap

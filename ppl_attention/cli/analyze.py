@@ -9,11 +9,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..contract import require
 from ..core.files import make_readable
 from ..core.global_methods import is_global_method
 from ..data.corpus import atomic_write_text
 from ..errors import DataError, UserError
-from ..models.base import require
 from .evaluate import add_eval_data, add_run_model, eval_split, load_run
 from .options import add_posterior, posterior_options
 

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..contract import capabilities, declared, require
 from ..core.global_methods import is_global_method
 from ..data import DataError, make_batches, read_tsv
 from ..data.kinds import data_kind
@@ -13,8 +14,6 @@ from ..data.pharaoh import format_pharaoh
 from ..devices import jax_default_device, torch_device
 from ..errors import UserError
 from ..experiment import report
-from ..inference.evaluate import alignment_links
-from ..models.base import capabilities, declared, require
 from ..registry import load_model_class
 from ..runs import Run
 from .options import add_backend, add_device, add_posterior, posterior_options
@@ -186,8 +185,9 @@ def cmd_align(args) -> int:
         ops.check_run(run)
         links_fn = ops.alignment_links
     else:
+        from ..inference.evaluate import alignment_links as links_fn
+
         get_backend_checked("pyro", run)
-        links_fn = alignment_links
     tree = getattr(run.model.family, "tree", False)
     if importance:
         return _align_importance(run, backend, pairs, batches, importance, args.khat, tree)

@@ -12,12 +12,12 @@ import typing
 from dataclasses import dataclass
 
 from ..backends import BACKENDS
+from ..contract import declared
 from ..core.schedules import LR_SCHEDULES
 from ..core.training import TRAINING_DEFAULTS, training_options
 from ..data.kinds import DATA_KINDS, data_kind
 from ..devices import DEVICE_HELP
 from ..errors import UserError
-from ..models.base import declared
 
 TRAINING_HELP = {
     "steps": "training steps (one batch a step)",

@@ -4,8 +4,6 @@ interpolations (a model with ``generate(z, bos, eos)`` and ``encode(batch)``, su
 
 from __future__ import annotations
 
-import torch
-
 from ..data import make_batches
 from ..errors import UserError
 from .evaluate import add_run_model, eval_split, load_run
@@ -28,6 +26,8 @@ def add_parser(sub) -> None:
 def cmd_sample(args) -> int:
     """Prior samples, reconstructions of test sequences (z = μ(x)), and interpolations between
     two test sequences' μ, greedy decoding."""
+    import torch
+
     if args.n < 1 or args.steps < 2:
         raise UserError("--n must be ≥ 1 and --steps ≥ 2")
     run = load_run(args.run, args)

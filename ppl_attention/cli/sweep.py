@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 from .. import sweep
+from ..contract import check_method, declared
 from ..core.global_methods import GLOBAL_METHODS
+from ..core.methods import METHOD_SPECS
 from ..core.progress import progress_bar
 from ..errors import UserError
 from ..experiment import check_experiment
-from ..inference.methods import METHODS, get_method
-from ..models.base import check_method, declared
 from ..registry import load_model_class
 from .options import (
     add_data_source,
@@ -29,20 +29,25 @@ def supported_methods(cls) -> list[str]:
     if declared(cls, "latents"):
         return list(GLOBAL_METHODS)
     out = []
-    for name in METHODS:
+    for name, spec in METHOD_SPECS.items():
         try:
-            check_method(cls, get_method(name))
+            check_method(cls, spec)
         except UserError:
             continue
         out.append(name)
     return out
 
 
-def add_parsers(sub, model: str) -> None:
-    cls = load_model_class(model)
+def add_parsers(sub, model: str | None, command: str | None = None) -> None:
+    """The ``compare`` and ``sweep`` parsers, with the options of ``model``; the one that is
+    not ``command`` (and both when ``model`` is None) listed by name only."""
+    cls = None if model is None else load_model_class(model)
     for name, text in (("compare", "train several methods × seeds, tabulate and plot"),
                        ("sweep", "methods × seeds × --set settings, in this process, worker "
                         "processes or on Ray; resumable")):
+        if cls is None or name != command:
+            sub.add_parser(name, help=text)
+            continue
         p = sub.add_parser(name, help=text, description=f"{text} (--model {model}).")
         add_model_flag(p)
         p.add_argument("--methods", default=",".join(supported_methods(cls)),
@@ -141,7 +146,7 @@ def _sweep(args, exp, jobs, settings, fixed, out: Path) -> int:
         bar.update()
 
     # by its importable name (a Ray worker imports it), not a function of this command
-    from ppl_attention.inference.experiment import train_one as train_fn
+    from ppl_attention.experiment import train_one as train_fn
 
     results = sweep.execute(train_fn, exp, jobs, out, workers=args.jobs, ray_address=args.ray,
                             cpus_per_job=args.cpus_per_job, on_done=on_done)

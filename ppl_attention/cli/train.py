@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from ..experiment import check_experiment, train_one
-from ..inference.distributed import Distributed
 from ..registry import MODELS, load_model_class
 from .options import (
     add_data_source,
@@ -22,9 +21,15 @@ def default_method(model: str) -> str:
     return MODELS[model].default_method if model in MODELS else "exact"
 
 
-def add_parser(sub, model: str) -> None:
+def add_parser(sub, model: str | None) -> None:
+    """The ``train`` parser, its options those of ``model`` (None: the command is not the one
+    run — listed by name only, so no model is imported for it)."""
+    text = "train one method, write a run directory"
+    if model is None:
+        sub.add_parser("train", help=text)
+        return
     cls = load_model_class(model)
-    p = sub.add_parser("train", help="train one method, write a run directory",
+    p = sub.add_parser("train", help=text,
                        description=f"Train --model {model} ({cls.__name__}) by one method.")
     add_model_flag(p)
     p.add_argument("--method", default=default_method(model),
@@ -41,6 +46,17 @@ def add_parser(sub, model: str) -> None:
     p.set_defaults(fn=cmd_train)
 
 
+def _distributed():
+    """The torchrun launch this process is part of (None: a plain run, torch not imported)."""
+    import os
+
+    if os.environ.get("WORLD_SIZE") in (None, "", "1"):
+        return None
+    from ..inference.distributed import Distributed
+
+    return Distributed.from_env()
+
+
 def cmd_train(args) -> int:
     exp = experiment_from_args(args)
     check_experiment(exp, [args.method])
@@ -48,7 +64,7 @@ def cmd_train(args) -> int:
         from ..errors import UserError
 
         raise UserError(f"--checkpoint-every must be at least 1, got {args.checkpoint_every}")
-    distributed = Distributed.from_env()
+    distributed = _distributed()
     try:
         _, report = train_one(exp, args.method, args.seed, Path(args.out),
                               distributed=distributed)

@@ -6,13 +6,17 @@ from __future__ import annotations
 from ..contract import declared
 from ..errors import UserError
 from ..importance import check_importance
+from .calibration import calibration_arrays, calibration_probs, distortion
 from .decode import stepper
 from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
 from .fit import fit
 from .importance import importance_arrays
+from .posterior import alignment_arrays, diagnostic_arrays
 
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
-           "map_trees_by_index", "importance_arrays", "check_importance", "stepper", "prepare"]
+           "map_trees_by_index", "importance_arrays", "check_importance", "stepper", "prepare",
+           "calibration_arrays", "calibration_probs", "distortion", "alignment_arrays",
+           "diagnostic_arrays"]
 
 NAME = "pyro"
 

@@ -10,19 +10,27 @@ from ...importance import check_importance
 from ..models.base import is_numpyro_model
 from .bayes import check_options as check_global_options
 from .bayes import fit_global, global_report
+from .calibration import calibration_arrays, calibration_probs, distortion
 from .decode import stepper
 from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
 from .fit import data_parallel, fit
 from .importance import importance_arrays
 from .methods import get_method
+from .posterior import alignment_arrays, diagnostic_arrays
 from .twins import twin_class
 
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
            "fit_global", "global_report", "check_global_options", "method_family",
            "preflight", "map_trees_by_index", "importance_arrays", "check_importance",
-           "stepper"]
+           "stepper", "prepare", "calibration_arrays", "calibration_probs", "distortion",
+           "alignment_arrays", "diagnostic_arrays"]
 
 NAME = "numpyro"
+
+
+def prepare(run) -> None:
+    """Before evaluating: nothing to reset (a NumPyro run's parameters are its own arrays and
+    its programs are pure; the Pyro side clears its param store here)."""
 
 
 def check(model_class, method: str) -> None:
@@ -85,7 +93,7 @@ def preflight(model_class, methods, exp) -> None:
 
     kind = data_kind(declared(model_class, "data"))
     data = kind.load(exp.source())
-    batch = to_jax(kind.batches(data.train, data.vocabs, 2)[0])
+    batch = to_jax(kind.batches(data.train, data.vocabs, 2, model=model_class)[0])
     for method in methods:
         try:
             model = model_class(**data.dims, **exp.model_options, family=method_family(method))

@@ -19,7 +19,32 @@ from ..batching import to_jax
 from ..models.base import exact_posterior, simulate, substitute_params
 from .evaluate import MULTIPLE, jitted, model_and_params
 
-__all__ = ["numpyro_arrays", "numpyro_probs"]
+__all__ = ["calibration_arrays", "calibration_probs", "distortion"]
+
+
+def distortion(kind: str, factor: float):
+    """A planted miscalibration of a guide site's NumPyro distribution (the NumPyro side of
+    :func:`ppl_attention.analysis.calibration.planted`): ``"logits"`` multiplies a categorical
+    q's logits by ``factor``, ``"concentration"`` a Dirichlet q's concentration."""
+    from numpyro.distributions import MaskedDistribution
+
+    from ...errors import UserError
+    from ..distributions import MaskedDirichlet
+
+    def distort(fn):
+        mask = None
+        if isinstance(fn, MaskedDistribution):
+            fn, mask = fn.base_dist, fn._mask
+        if kind == "logits" and getattr(fn.support, "is_discrete", False) \
+                and hasattr(fn, "logits"):
+            new = type(fn)(logits=fn.logits * factor)
+        elif kind == "concentration" and isinstance(fn, MaskedDirichlet):
+            new = MaskedDirichlet(fn.concentration * factor, fn.source_mask)
+        else:
+            raise UserError(f"cannot plant {kind!r} in a {type(fn).__name__} guide site")
+        return new if mask is None else new.mask(mask)
+
+    return distort
 
 
 def _guide_site(model, params, batch, posterior, key, distort=None):
@@ -62,9 +87,9 @@ def _exact(model):
     return jitted(model, "exact_posterior", lambda: functools.partial(exact_posterior, model))
 
 
-def numpyro_arrays(run, batch, draws: int, seed: int, distort=None,
-                   importance: dict | None = None) -> dict:
-    """As :func:`ppl_attention.analysis.calibration.pyro_arrays`, under NumPyro."""
+def calibration_arrays(run, batch, draws: int, seed: int, distort=None,
+                       importance: dict | None = None) -> dict:
+    """As :func:`ppl_attention.inference.calibration.calibration_arrays`, under NumPyro."""
     out = _arrays(run, batch, draws, seed, distort)
     if importance is not None:  # the guide's K draws on the simulated targets, to be weighed
         from .importance import crop, padded_arrays
@@ -132,8 +157,8 @@ def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
     return out
 
 
-def numpyro_probs(run, batch) -> dict:
-    """As :func:`ppl_attention.analysis.calibration.pyro_probs`, under NumPyro."""
+def calibration_probs(run, batch) -> dict:
+    """As :func:`ppl_attention.inference.calibration.calibration_probs`, under NumPyro."""
     jb = to_jax(batch, None, MULTIPLE)
     model, params = model_and_params(run, jb)
     m = get_method(run.method)

@@ -60,10 +60,10 @@ def padded_arrays(model, params, jb, post: str, k: int, seed: int, z=None,
     ``token_ll`` as JAX arrays of the padded shapes; ``z`` the guide site's values, padded."""
     site = declared(model, "site")
     fam = model.family
-    Bp, Sp = jb.src.shape
 
     def build():
-        def one(params, b, key, z):
+        def one(params, b, key, z):  # shapes read from b: one compiled function, every shape
+            Bp, Sp = b.src.shape
             guide = functools.partial(model.guide if wrap_guide is None else
                                       wrap_guide(model.guide), posterior=post)
             if z is not None:

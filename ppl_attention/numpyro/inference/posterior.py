@@ -1,5 +1,5 @@
 """Posterior draws of alignments under NumPyro, for ``analyze`` (ArviZ) and ``diagnose``: the
-arrays :func:`ppl_attention.analysis.inference_data.alignment_arrays` and
+arrays :func:`ppl_attention.analysis.inference_data.to_inference_data` and
 :func:`ppl_attention.analysis.diagnostics.guide_diagnostics` read, computed through the NumPyro
 contract alone (a NumPyro model's run, or a Pyro model's through its twin). Every function
 takes a torch batch, pads it to a bucket shape (one compilation per shape) and returns numpy
@@ -130,7 +130,7 @@ def _arrays_fn(model, K: int, post: str, kind: str, with_q: bool):
 
 
 def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
-    """As :func:`ppl_attention.analysis.inference_data.alignment_arrays`, under NumPyro:
+    """As :func:`ppl_attention.inference.posterior.alignment_arrays`, under NumPyro:
     ``prior`` [B, T, S] or None, ``exact`` or None, ``posterior`` draws [K, B, T, S], ``q`` or
     None, ``log_lik`` [K, B, T], ``prior_draws`` [K, B, T, S] (numpy)."""
     jb = to_jax(batch, None, MULTIPLE)
