@@ -102,6 +102,7 @@ def add_parsers(sub) -> None:
                    "decoding as an ensemble: the mean of their predictive distributions")
     p.add_argument("--data", required=True, help="one source a line (a plain word for g2p runs)")
     p.add_argument("--beam", type=int, default=1)
+    add_backend(p, "the decoder")
     add_run_model(p)
     p.set_defaults(fn=cmd_decode)
 
@@ -268,11 +269,14 @@ def _read_sources(path: Path, plain_words: bool) -> list[tuple[int, str, list[st
 
 
 def cmd_decode(args) -> int:
-    from ..inference.decode import beam_search, check_ensemble
+    from ..decoding import beam_search, check_ensemble
 
     if args.beam < 1:
         raise UserError(f"--beam must be at least 1, got {args.beam}")
-    runs = check_ensemble([load_run(r, args) for r in args.run])
+    runs = [load_run(r, args) for r in args.run]
+    for r in runs:
+        get_backend_checked(args.backend or r.backend, r)
+    runs = check_ensemble(runs, args.backend)
     run = runs[0]
     plain = run.config.get("data", {}).get("task") == "g2p"
     failed = 0
@@ -286,6 +290,6 @@ def cmd_decode(args) -> int:
         if unk:
             print(f"note: {args.data}:{n}: {unk} token(s) unseen in training decoded as <unk>",
                   file=sys.stderr)
-        hyp, _ = beam_search(runs, tokens, beam=args.beam)
+        hyp, _ = beam_search(runs, tokens, beam=args.beam, backend=args.backend)
         sys.stdout.write(f"{line}\t{' '.join(hyp)}\n")
     return 1 if failed else 0

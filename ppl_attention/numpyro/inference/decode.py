@@ -5,8 +5,6 @@ agree on twin weights)."""
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,13 +18,11 @@ __all__ = ["JaxStepper", "stepper"]
 
 
 def _members(model):
-    """The pure-function decoding members of a NumPyro model (``*_of(params, …)``), or its
-    contract members run with the parameters substituted."""
+    """A NumPyro model's decoding members (``start_decoding`` / ``decoding_step`` /
+    ``keep_hypotheses``, reading their parameters through ``numpyro.param``) as pure functions
+    of the run's parameter map, for ``jax.jit``."""
     from ..models.base import call
 
-    if all(callable(getattr(model, n, None)) for n in ("start_decoding_of", "decoding_step_of",
-                                                       "keep_hypotheses_of")):
-        return model.start_decoding_of, model.decoding_step_of, model.keep_hypotheses_of
     if not all(callable(getattr(model, n, None)) for n in ("start_decoding", "decoding_step",
                                                            "keep_hypotheses")):
         raise MissingCapability(f"{type(model).__name__} has no predictive members "
@@ -58,6 +54,6 @@ class JaxStepper:
         self.state = self._keep(self.state, jnp.asarray(list(rows)), jnp.asarray(list(tokens)))
 
 
-@functools.wraps(JaxStepper)
 def stepper(run, source: list[str]) -> JaxStepper:
+    """The search's NumPyro side for ``run`` on one ``source`` (a list of tokens)."""
     return JaxStepper(run, source)
