@@ -5,8 +5,9 @@
 weights (greedy output identical, beam scores within 1e-5).
 
 Planted faults, each caught once: an ``import torch`` at the top of
-``ppl_attention/numpyro/nn.py`` fails ``test_importing_the_numpyro_side_loads_neither_torch_nor_pyro``
-(and lint-imports' forbidden contract); the CLI building every command's parser with its model
+``ppl_attention/numpyro/nn.py`` fails
+``test_importing_the_numpyro_side_loads_neither_torch_nor_pyro`` (and lint-imports' forbidden
+contract); the CLI building every command's parser with its model
 (the Pyro seq2seq imported for ``compare``'s options during a NumPyro ``train``) fails
 ``test_a_numpyro_only_run_never_imports_torch_or_pyro``; the NumPyro stepper not advancing its
 decoder state (``logp, _ = self._step(…)``) fails both decode tests.
