@@ -17,12 +17,12 @@ from .errors import MissingCapability, UserError
 
 __all__ = ["DECLARATIONS", "CAPABILITIES", "BACKENDS_OF_MODELS", "declared", "model_backend",
            "RecordsConfig", "capabilities", "require", "check_contract", "check_method",
-           "check_shape", "check_model_class"]
+           "check_shape", "check_model_class", "global_latents"]
 
 #: a declaration → its default (docs/architecture.md, "Declarations")
 DECLARATIONS = dict(data="pairs", posteriors=POSTERIORS, families=None, site="align",
                     max_plate_nesting=2, training_defaults={}, numpyro_twin=None, latents=(),
-                    backend="pyro", twin_parameters={})
+                    latent_guide=False, backend="pyro", twin_parameters={})
 
 #: the backends a model class may be written for (its ``backend`` declaration)
 BACKENDS_OF_MODELS = ("pyro", "numpyro")
@@ -44,6 +44,16 @@ CAPABILITIES = {
 def declared(model_or_cls, name: str):
     """A declaration of the contract (``data``, ``posteriors`` …), its default if not made."""
     return getattr(model_or_cls, name, DECLARATIONS[name])
+
+
+def global_latents(model_or_cls) -> tuple[str, ...]:
+    """The model's global latents — its ``latents`` when its guide does not sample them
+    (``latent_guide = False``: the methods for global latents infer them, MCMC or an autoguide
+    over the whole training set) —, or () (no latents, or latents its own guide samples, an
+    amortized z as the sequence VAE's: the alignment methods train it)."""
+    if declared(model_or_cls, "latent_guide"):
+        return ()
+    return tuple(declared(model_or_cls, "latents"))
 
 
 def model_backend(model_or_cls) -> str:

@@ -88,3 +88,28 @@ def require_ray():
 
         return
     pytest.importorskip("ray")
+
+
+#: the compare every test of the methods for global latents reads (NUTS the reference)
+GLOBAL_REFERENCE = ["compare", "--model", "bayesian-ibm2", "--task", "reorder", "--n-train", "60",
+                    "--methods", "nuts,hmc,svi-normal,svi-lowrank,svi-delta"]
+
+
+@pytest.fixture(scope="session")
+def global_reference(tmp_path_factory, worker_id):
+    """The sweep directory of :data:`GLOBAL_REFERENCE` — NUTS, HMC and the three autoguides on the
+    Bayesian IBM-2 — computed once per test session: the pytest-xdist workers share it through
+    a lock in the session's temporary root (the first to take the lock runs it, the others read
+    it)."""
+    from filelock import FileLock
+
+    from ppl_attention.cli import main
+
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":  # every worker's basetemp lies in the session's root
+        root = root.parent
+    out = root / "global-reference"
+    with FileLock(str(root / "global-reference.lock")):
+        if not (out / "results.md").exists():
+            assert main([*GLOBAL_REFERENCE, "--out", str(out)]) == 0
+    return out

@@ -23,6 +23,17 @@ Properties:
 - **f** ``train --resume`` continues with the identical next loss;
 - **g** padding invariance: extra padded positions (and, under NumPyro, padded pairs) change
   neither loss nor gradient (at fixed draws for sampled methods).
+
+The methods for global latents (``nuts``, ``hmc``, ``svi-*``: NumPyro's MCMC and autoguides on
+the Bayesian IBM-2, every one read from one shared ``compare`` — tests/conftest.py,
+``global_reference`` — in the slow tier) have their own properties:
+
+- **h** MCMC's diagnostics are true: max R-hat, min bulk/tail ESS recomputed by ArviZ from the
+  saved draws equal the run's report, and ``converged`` holds exactly when R-hat ≤ 1.01, bulk
+  ESS ≥ 400 and no divergence; the reference (NUTS) converges;
+- **i** the posterior agrees with NUTS's: the mean error of every global, in NUTS posterior
+  standard deviations, ≤ 0.1 for MCMC and ≤ 0.5 for SVI, and an MCMC posterior's spread within
+  20 % of NUTS's.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ppl_attention.core.global_methods import GLOBAL_METHODS  # noqa: E402
 from ppl_attention.core.methods import METHOD_SPECS  # noqa: E402
 
 PROPERTIES = {
@@ -47,6 +59,12 @@ PROPERTIES = {
     "g": "padding invariance",
 }
 BACKENDS = ("pyro", "numpyro")
+GLOBAL_PROPERTIES = {
+    "h": "MCMC diagnostics true, converged ⇔ R-hat ≤ 1.01 & ESS ≥ 400",
+    "i": "posterior agrees with NUTS",
+}
+#: the mean error (NUTS sd) a posterior may have, by the kind of method
+AGREEMENT = {"mcmc": 0.1, "svi": 0.5}
 
 
 def sampled(spec) -> bool:
@@ -77,6 +95,44 @@ def not_applicable(method: str, prop: str, backend: str) -> str | None:
     return None
 
 
+def global_not_applicable(method: str, prop: str, backend: str) -> str | None:
+    """Why a cell of the global-latent methods does not apply (None: it does), from the spec."""
+    spec = GLOBAL_METHODS[method]
+    if backend == "pyro":
+        return ("global latents are inferred by NumPyro's MCMC and autoguides: refused under "
+                "Pyro, with that reason")
+    if prop == "h" and spec.kind != "mcmc":
+        return "SVI: no chains to diagnose"
+    if prop == "i" and spec.kernel == "NUTS":
+        return "NUTS is the reference the others are put against"
+    return None
+
+
+def _table(methods, properties, outcomes, reason_of, notes, missing) -> list[str]:
+    lines = ["| method | " + " | ".join(f"{p}: {properties[p]}" for p in properties) + " |",
+             "|---|" + "---|" * len(properties)]
+    for method in methods:
+        cells = []
+        for p in properties:
+            parts = []
+            for b in BACKENDS:
+                outcome = outcomes.get((method, p, b))
+                reason = reason_of(method, p, b)
+                if outcome is None:
+                    missing.append((method, p, b))
+                    parts.append(f"{b}: MISSING")
+                elif outcome != "PASSED":
+                    parts.append(f"{b}: FAIL")
+                elif reason:
+                    key = notes.setdefault(reason, len(notes) + 1)
+                    parts.append(f"{b}: n/a⁽{key}⁾")
+                else:
+                    parts.append(f"{b}: pass")
+            cells.append("<br>".join(parts))
+        lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> int:
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:warnings", "-m",
                           "", "--durations=30", "--dist", "load",  # one module: spread its tests
@@ -100,28 +156,12 @@ def main() -> int:
              "in the docstring of `tests/matrix.py`). **pass**: the property was checked and "
              "holds (every test of the cell passed); **n/a**: it does not apply, for the reason "
              "given (the reason itself is checked by the same test).", ""]
-    lines.append("| method | " + " | ".join(f"{p}: {PROPERTIES[p]}" for p in PROPERTIES) + " |")
-    lines.append("|---|" + "---|" * len(PROPERTIES))
     notes, missing = {}, []
-    for method in METHOD_SPECS:
-        cells = []
-        for p in PROPERTIES:
-            parts = []
-            for b in BACKENDS:
-                outcome = outcomes.get((method, p, b))
-                reason = not_applicable(method, p, b)
-                if outcome is None:
-                    missing.append((method, p, b))
-                    parts.append(f"{b}: MISSING")
-                elif outcome != "PASSED":
-                    parts.append(f"{b}: FAIL")
-                elif reason:
-                    key = notes.setdefault(reason, len(notes) + 1)
-                    parts.append(f"{b}: n/a⁽{key}⁾")
-                else:
-                    parts.append(f"{b}: pass")
-            cells.append("<br>".join(parts))
-        lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
+    lines += _table(METHOD_SPECS, PROPERTIES, outcomes, not_applicable, notes, missing)
+    lines += ["", "Methods for global latents (the Bayesian IBM-2; the slow tier, one shared "
+              "compare):", ""]
+    lines += _table(GLOBAL_METHODS, GLOBAL_PROPERTIES, outcomes, global_not_applicable, notes,
+                    missing)
     lines += ["", "Not applicable, because:", ""]
     lines += [f"{k}. {reason}" for reason, k in notes.items()]
     out = ROOT / "docs" / "verification.md"

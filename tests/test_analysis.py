@@ -7,7 +7,6 @@ import json
 import arviz as az
 import numpy as np
 import pyro
-import pytest
 import torch
 from pyro.infer import infer_discrete
 
@@ -158,14 +157,3 @@ def test_analyze_and_diagnose_commands_and_bad_input(tmp_path, capsys):
     assert "--num-samples must be at least 1" in capsys.readouterr().err
     assert not (bad / "posterior.nc").exists()
     assert not list(out.glob(".posterior.nc.tmp-*"))
-
-
-@pytest.mark.slow
-def test_ibm2_nuts_reference_converges_and_svi_is_close():
-    from ppl_attention.numpyro.models.ibm2 import compare_to_nuts
-
-    pairs = make_task("reorder", n_train=60, n_eval=1, seed=0, vocab=6).train.pairs
-    res = compare_to_nuts(pairs)
-    assert res["max_rhat"] < 1.01 and res["min_ess_bulk"] > 400
-    for row in res["rows"][1:]:
-        assert row["mean_abs_theta"] < 0.05

@@ -94,20 +94,43 @@ def test_compare_calibrate_over_runs_trained_without_it(trained, tmp_path, data_
     assert "there is no posterior to calibrate" in md
 
 
-def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(trained):
-    from ppl_attention.data import make_task
-    from ppl_attention.inference.run import Run
+@pytest.fixture(scope="module")
+def trained_numpyro(tmp_path_factory, data_dir):
+    """The tutorial's model written in NumPyro alone, trained by vae-enum."""
+    out = tmp_path_factory.mktemp("cal-numpyro") / "run"
+    spec = "examples/tutorial/diagonal_numpyro.py:DiagonalAlignment"
+    assert main(["train", "--model", spec, "--data-dir", str(data_dir), "--method", "vae-enum",
+                 "--steps", "60", "--lr", "0.05", "--batch-size", "16", "--out", str(out)]) == 0
+    return out
 
-    run = Run.load(trained / "runs" / "vae-enum-seed0")
+
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(
+        backend, trained, trained_numpyro):
+    """On either backend: the run's exact posterior passes; its guide with the logits × 6
+    (over-confident) fails, and with the logits × 0.2 (under-confident) fails too, covering
+    more than it claims — the same planted distortion (``cal.planted``) on a Pyro and a NumPyro
+    model."""
+    from ppl_attention.data import make_task
+    from ppl_attention.runs import Run
+
+    run = Run.load(trained / "runs" / "vae-enum-seed0" if backend == "pyro" else trained_numpyro)
+    assert run.backend == backend
     pairs = make_task("reorder", n_train=40, n_eval=30, seed=1).test.pairs
     fine = cal.calibrate(run, pairs, num_sims=120, draws=39, seed=3, progress=False)
     rows = {r["posterior"]: r for r in fine["rows"]}
     assert rows["exact"]["passes"] and rows["exact"]["p_min"] > 0.01
-    bad = cal.calibrate(run, pairs, num_sims=120, draws=39, seed=3, progress=False,
-                        distort=cal.planted("logits", 6.0))
-    q = bad["rows"][0]
+    over = cal.calibrate(run, pairs, num_sims=120, draws=39, seed=3, progress=False,
+                         distort=cal.planted("logits", 6.0))
+    q = over["rows"][0]
     assert q["posterior"] == "q (inference)" and not q["passes"]
     assert q["coverage"]["0.90"] < 0.85  # an over-confident q covers less than it claims
+    under = cal.calibrate(run, pairs, num_sims=120, draws=39, seed=3, progress=False,
+                          distort=cal.planted("logits", 0.2))
+    q = under["rows"][0]
+    as_trained = rows["q (inference)"]["coverage"]
+    assert not q["passes"]
+    assert all(q["coverage"][k] > as_trained[k] for k in ("0.50", "0.80"))  # covers more
 
 
 def test_calibrate_command_and_compare_columns(trained, tmp_path, capsys):

@@ -29,9 +29,10 @@ import numpy as np
 import pyro
 import pytest
 import torch
-from matrix import BACKENDS, not_applicable, sampled
+from matrix import AGREEMENT, BACKENDS, global_not_applicable, not_applicable, sampled
 from pyro import poutine
 
+from ppl_attention.core.global_methods import GLOBAL_METHODS
 from ppl_attention.core.methods import METHOD_SPECS
 from ppl_attention.data import Vocab, make_batches, make_task
 from ppl_attention.data.batching import Batch
@@ -786,3 +787,77 @@ def test_g_padding(method, backend):
     (_, lb), gb = jax.jit(jax.value_and_grad(fb, has_aux=True))(p)
     assert float(lb) == pytest.approx(float(ls), rel=1e-5)
     _close(_jflat(gb, model), _jflat(gs, model), rtol=1e-4)
+
+
+# --- the methods for global latents: h (MCMC diagnostics), i (agreement with NUTS) -----------
+
+GLOBAL_CELLS = [(m, b) for m in GLOBAL_METHODS for b in BACKENDS]
+GLOBAL_IDS = [f"{m}-{b}" for m, b in GLOBAL_CELLS]
+
+
+def _refused_under_pyro(method, tmp_path, capsys) -> None:
+    from ppl_attention.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--model", "bayesian-ibm2", "--task", "reorder", "--n-train", "20",
+                 "--method", method, "--backend", "pyro", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "NumPyro" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def _global_run(reference, method):
+    import json
+
+    from ppl_attention.core.arrays import load_arrays
+
+    d = reference / "runs" / f"{method}-seed0"
+    report = json.loads((d / "state.json").read_text())["extra"]["test_report"]
+    return report, load_arrays(d / "samples.npz")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,backend", GLOBAL_CELLS, ids=GLOBAL_IDS)
+def test_h_mcmc_diagnostics(method, backend, global_reference, tmp_path, capsys):
+    from ppl_attention import arviz_api
+    from ppl_attention.numpyro.inference.bayes import ESS_MIN, RHAT_MAX
+
+    reason = global_not_applicable(method, "h", backend)
+    if backend == "pyro":
+        return _refused_under_pyro(method, tmp_path, capsys)
+    report, arrays = _global_run(global_reference, method)
+    if reason:  # SVI: one set of independent draws, no chains, no diagnostics reported
+        assert GLOBAL_METHODS[method].kind == "svi" and "rhat_max" not in report
+        return
+    idata = arviz_api.from_dict(posterior=arrays["posterior"])
+    s = arviz_api.summary(idata, kind="diagnostics")
+    assert report["rhat_max"] == pytest.approx(float(s["r_hat"].max()), abs=1e-9)
+    assert report["ess_bulk_min"] == pytest.approx(float(s["ess_bulk"].min()), rel=1e-9)
+    assert report["ess_tail_min"] == pytest.approx(float(s["ess_tail"].min()), rel=1e-9)
+    assert report["divergences"] == int(np.asarray(arrays["sample_stats"]["diverging"]).sum())
+    assert report["converged"] == (report["rhat_max"] <= RHAT_MAX
+                                   and report["ess_bulk_min"] >= ESS_MIN
+                                   and report["divergences"] == 0)
+    if GLOBAL_METHODS[method].kernel == "NUTS":  # the reference itself must have converged
+        assert report["converged"], report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,backend", GLOBAL_CELLS, ids=GLOBAL_IDS)
+def test_i_agrees_with_nuts(method, backend, global_reference, tmp_path, capsys):
+    from ppl_attention.numpyro.inference.bayes import discrepancy
+
+    reason = global_not_applicable(method, "i", backend)
+    if backend == "pyro":
+        return _refused_under_pyro(method, tmp_path, capsys)
+    if reason:
+        assert GLOBAL_METHODS[method].kernel == "NUTS"
+        return
+    _, ref = _global_run(global_reference, "nuts")
+    _, mine = _global_run(global_reference, method)
+    kind = GLOBAL_METHODS[method].kind
+    d = discrepancy(ref["posterior"], mine["posterior"])
+    for site, v in d.items():
+        assert v["mean_error_sd"] <= AGREEMENT[kind], (site, v)
+        if kind == "mcmc":
+            assert abs(v["sd_ratio"] - 1) <= 0.2, (site, v)

@@ -4,6 +4,7 @@ invariance, the CLI (train / evaluate / sample) and bad input."""
 
 import json
 import math
+from functools import partial
 
 import pyro
 import pyro.poutine as poutine
@@ -181,14 +182,18 @@ def test_cli_train_evaluate_sample_and_bad_files(tmp_path, capsys):
                                 {"decoder": "transformer", "memory": "encoder"}])
 def test_numpyro_mirror_equals_pyro_on_the_same_weights(kw):
     """μ, σ and log p(x_t | x_<t, z) per token equal the torch model's on a batch padded in
-    rows and positions; NumPyro's Trace_ELBO (free bits on) equals the hand-computed
-    −(log p(x | z) + log p(z) − log q(z | x) − Σ_d relu(λ − KL_d)) at the guide's draw."""
+    rows and positions; NumPyro's Trace_ELBO (free bits on; a categorical alignment: the
+    enumerated loss of ``exact``) equals the hand-computed
+    −(log p(x | z) + log p(z) − log q(z | x) − Σ_d relu(λ − KL_d)) at the guide's draw, summed
+    over the real rows (a padded row's z and free bits are masked out). The twins' losses and
+    gradients per method: tests/test_seq_vae_twin.py."""
     import jax
     import numpy as np
     from numpyro import handlers
     from numpyro.infer import Trace_ELBO as JTrace_ELBO
 
     from ppl_attention.numpyro.batching import to_jax
+    from ppl_attention.numpyro.inference.methods import latent_enumerated_loss
     from ppl_attention.numpyro.models import AttentionSeqVAE as JaxVAE
 
     m, _, b = _setup(free_bits=0.3, **kw)
@@ -205,14 +210,20 @@ def test_numpyro_mirror_equals_pyro_on_the_same_weights(kw):
     assert np.allclose(llj[:B, :T], ll, atol=1e-4)
     assert np.all(llj[:, T:] == 0) and np.all(llj[B:] == 0)
     key = jax.random.PRNGKey(0)
-    loss = JTrace_ELBO().loss(key, {"seq_vae": p}, jm.model, jm.guide, jb)
-    guide_key = jax.random.split(key)[1]  # Trace_ELBO seeds the guide with the second half
+    if jm.family.enumerable:  # the alignment enumerated in the model: TraceEnum_ELBO's number
+        loss = latent_enumerated_loss(key, {"seq_vae": p}, partial(jm.model, enumerate_z=True),
+                                      jm.guide, jb)
+        guide_key = key
+    else:
+        loss = JTrace_ELBO().loss(key, {"seq_vae": p}, jm.model, jm.guide, jb)
+        guide_key = jax.random.split(key)[1]  # Trace_ELBO seeds the guide with the second half
     g = handlers.trace(handlers.seed(handlers.substitute(jm.guide, data={"seq_vae": p}),
                                      guide_key)).get_trace(jb)
-    z = g["z"]["value"]
+    z = g["z"]["value"][:, 0]  # [B + 3, d]: under the batch plate at dim -2
+    zr, mur, sigmar = z[:B], muj[:B], sigmaj[:B]  # the real rows
     manual = -(np.asarray(jm.token_log_likelihood(p, jb, z, Hj)).sum()
-               + float(jax.scipy.stats.norm.logpdf(z).sum())
-               - float(jax.scipy.stats.norm.logpdf(z, muj, sigmaj).sum())
+               + float(jax.scipy.stats.norm.logpdf(zr).sum())
+               - float(jax.scipy.stats.norm.logpdf(zr, mur, sigmar).sum())
                - float(np.clip(0.3 - np.asarray(
-                   0.5 * (muj**2 + sigmaj**2 - 1) - np.log(sigmaj)), 0, None).sum()))
+                   0.5 * (mur**2 + sigmar**2 - 1) - np.log(sigmar)), 0, None).sum()))
     assert float(loss) == pytest.approx(manual, rel=1e-4)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import sweep
-from ..contract import check_method, declared
+from ..contract import check_method, global_latents
 from ..core.global_methods import GLOBAL_METHODS
 from ..core.methods import METHOD_SPECS
 from ..core.progress import progress_bar
@@ -26,7 +26,7 @@ from .options import (
 def supported_methods(cls) -> list[str]:
     """The registry's methods this model class can be trained by (a model with global latents:
     the methods for them)."""
-    if declared(cls, "latents"):
+    if global_latents(cls):
         return list(GLOBAL_METHODS)
     out = []
     for name, spec in METHOD_SPECS.items():

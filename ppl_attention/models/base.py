@@ -120,6 +120,7 @@ class AlignmentModel(RecordsConfig, nn.Module):
     posteriors = POSTERIORS
     families = None
     latents: tuple[str, ...] = ()
+    latent_guide: bool = False
     site = "align"
     max_plate_nesting = 2
     training_defaults: dict = {}

@@ -46,6 +46,7 @@ from pyro.infer.util import is_validation_enabled
 from torch import nn
 
 from ..attention import attend
+from ..core.seq_vae import ANNEALING, OPTION_HELP, check_family, check_options
 from ..distributions import categorical_draws
 from ..errors import UserError
 from ..families import Family, make_family
@@ -56,11 +57,6 @@ from .seq_vae_diagnostics import elbo_per_token, kl_normal_per_dim, latent_diagn
 
 __all__ = ["AttentionSeqVAE", "kl_normal_per_dim", "free_bits_kl", "ANNEALING"]
 
-ENCODERS = ("gru", "transformer")
-DECODERS = ("gru", "transformer")
-ATTENTION = ("none", "additive", "bilinear")
-MEMORIES = ("decoder", "encoder")
-Z_INPUTS = ("init", "concat", "both")
 
 
 def free_bits_kl(mu: torch.Tensor, sigma: torch.Tensor, floor: float) -> torch.Tensor:
@@ -68,15 +64,11 @@ def free_bits_kl(mu: torch.Tensor, sigma: torch.Tensor, floor: float) -> torch.T
     return kl_normal_per_dim(mu, sigma).clamp(min=floor).sum(-1)
 
 
-ANNEALING = {
-    "none": lambda step, steps: 1.0,
-    "linear": lambda step, steps: min(1.0, step / max(1, steps)),
-    # β = sigmoid(10 (step/steps − ½)): ≈ 0.007 at the start, 0.5 halfway, ≈ 1 at ``steps``
-    "sigmoid": lambda step, steps: 1.0 / (1.0 + math.exp(-10.0 * (step / max(1, steps) - 0.5))),
-}
-
-
 def _scaled(scale):
+    """Log-densities times ``scale``; a 0 — β at the first step of linear KL annealing — masks
+    them, since Pyro's ``scale`` takes only positive numbers."""
+    if isinstance(scale, (int, float)) and scale == 0.0:
+        return poutine.mask(mask=False)
     return poutine.scale(scale=scale) if scale != 1.0 else contextlib.nullcontext()
 
 
@@ -111,14 +103,12 @@ class AttentionSeqVAE(AlignmentModel):
 
     data = "sequences"
     latents = ("z",)
+    latent_guide = True  # the guide samples z (amortized): trained by the alignment methods
     posteriors = ("none", "prior")  # the alignment's guide, if any, is the family's posterior
     families = ("soft", "categorical", "weibull", "lognormal")  # at the decoder's own scores
     training_defaults = {"lr": 3e-3}
-    option_help = {"latent": "dimensions of z", "attention": "the GRU decoder's attention "
-                   "score: none, additive, bilinear", "memory": "attend over the decoder's past "
-                   "states (decoder: a generative model) or the encoder states of x (leaky)",
-                   "free_bits": "KL floor λ per dimension of z", "max_len": "longest sequence "
-                   "(tokens)", "kl_anneal": "KL annealing of z: none, linear, sigmoid"}
+    option_help = OPTION_HELP
+    numpyro_twin = "ppl_attention.numpyro.models.seq_vae:AttentionSeqVAE"
 
     def __init__(self, vocab: int, hidden: int = 128, latent: int = 16, embed: int | None = None,
                  encoder: str = "gru", decoder: str = "gru", attention: str = "additive",
@@ -127,31 +117,13 @@ class AttentionSeqVAE(AlignmentModel):
                  free_bits: float = 0.0, max_len: int = 64, kl_anneal: str = "none",
                  anneal_steps: int = 1000):
         super().__init__()
-        if kl_anneal not in ANNEALING:
-            raise UserError(f"kl_anneal must be one of {', '.join(ANNEALING)}; got {kl_anneal!r}")
-        if not isinstance(anneal_steps, int) or anneal_steps < 1:
-            raise UserError(f"anneal_steps must be a positive int, got {anneal_steps!r}")
-        for name, value, valid in (("encoder", encoder, ENCODERS), ("decoder", decoder, DECODERS),
-                                   ("attention", attention, ATTENTION),
-                                   ("memory", memory, MEMORIES), ("z_input", z_input, Z_INPUTS)):
-            if value not in valid:
-                raise UserError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
-        for name, value in (("hidden", hidden), ("latent", latent), ("heads", heads),
-                            ("layers", layers), ("z_slots", z_slots), ("max_len", max_len)):
-            if not isinstance(value, int) or value < 1:
-                raise UserError(f"{name} must be a positive int, got {value!r}")
-        if hidden % 2 or hidden % heads:
-            raise UserError(f"hidden ({hidden}) must be even and divisible by heads ({heads})")
-        if not 0.0 <= word_dropout < 1.0:
-            raise UserError(f"word_dropout must be in [0, 1), got {word_dropout}")
-        if free_bits < 0:
-            raise UserError(f"free_bits must be ≥ 0, got {free_bits}")
+        check_options(hidden=hidden, latent=latent, encoder=encoder, decoder=decoder,
+                      attention=attention, memory=memory, z_input=z_input, heads=heads,
+                      layers=layers, z_slots=z_slots, word_dropout=word_dropout,
+                      free_bits=free_bits, max_len=max_len, kl_anneal=kl_anneal,
+                      anneal_steps=anneal_steps)
         self.family = make_family(family, key_dim=hidden)
-        if decoder == "transformer" and not self.family.deterministic:
-            raise UserError("the Transformer decoder's attention is soft multi-head attention; "
-                            "an alignment family needs decoder='gru'")
-        if attention == "none" and not self.family.deterministic:
-            raise UserError("an alignment family needs attention (additive or bilinear)")
+        check_family(self.family.deterministic, decoder, attention)
         embed = embed or hidden
         self.hidden, self.latent = hidden, latent
         self.emb = nn.Embedding(vocab, embed)

@@ -4,7 +4,7 @@ twin its class declares (``numpyro_twin``)."""
 
 from __future__ import annotations
 
-from ...contract import declared
+from ...contract import declared, global_latents
 from ...errors import UserError
 from ...importance import check_importance
 from ..models.base import is_numpyro_model
@@ -40,7 +40,7 @@ def check(model_class, method: str) -> None:
 
     if declared(model_class, "backend") != "numpyro":
         twin_class(model_class)
-    latents = declared(model_class, "latents")
+    latents = global_latents(model_class)
     if is_global_method(method):
         if declared(model_class, "backend") != "numpyro" or not latents:
             raise UserError(f"method {method!r} infers global latent variables: it takes a "

@@ -14,6 +14,7 @@ parameter (mean error in reference sds, sd ratio, 1-Wasserstein distance of the 
 from __future__ import annotations
 
 import functools
+import sys
 import time
 
 import jax
@@ -25,7 +26,7 @@ from numpyro import handlers
 from numpyro.infer import HMC, MCMC, NUTS, SVI, Predictive, TraceEnum_ELBO, autoguide
 
 from ... import arviz_api
-from ...contract import declared
+from ...contract import declared, global_latents
 from ...core.global_methods import global_method
 from ...core.training import training_options
 from ...data.batching import as_numpy
@@ -37,7 +38,8 @@ from .cache import enable_compilation_cache
 
 __all__ = ["fit_global", "global_report", "global_inference_data", "discrepancy",
            "global_alignment_links",
-           "one_batch", "posterior_draws", "SVI_OPTIONS"]
+           "one_batch", "posterior_draws", "SVI_OPTIONS", "mcmc_diagnostics", "convergence_note",
+           "RHAT_MAX", "ESS_MIN"]
 
 #: training options an SVI method takes; MCMC takes none of them
 SVI_OPTIONS = ("steps", "lr")
@@ -86,7 +88,7 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
     every pair of ``train`` by ``method``; returns a run whose ``samples`` are the posterior
     draws (module docstring). Options that do not apply are refused."""
     spec = global_method(method)
-    if not declared(model, "latents"):
+    if not global_latents(model):
         raise UserError(f"method {method!r} infers global latent variables; "
                         f"{type(model).__name__} declares none (`latents`)")
     check_options(method, {"steps": steps, "lr": lr, **given})
@@ -123,6 +125,9 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
         run.config.update(steps=opts["steps"], lr=opts["lr"], samples=spec.samples)
     seconds = time.perf_counter() - t0
     run.samples = samples
+    note = convergence_note(method, mcmc_diagnostics(run)) if spec.kind == "mcmc" else None
+    if note:
+        print(note, file=sys.stderr)
     run.step = len(run.history)
     run.config.update(dict(config or {}), seed=seed, backend="numpyro")
     run.extra.update(train_seconds=seconds, inference=spec.kind)
@@ -163,17 +168,42 @@ def _predictive(run, batches):
     return out
 
 
+#: a chain set is called converged when every element of every global has R-hat at most this
+#: and a bulk ESS at least that, with no divergence (Vehtari, Gelman, Simpson, Carpenter &
+#: Bürkner 2021: R-hat < 1.01, ESS > 100 per chain for 4 chains)
+RHAT_MAX, ESS_MIN = 1.01, 400
+
+
 def mcmc_diagnostics(run) -> dict:
-    """max R-hat, min bulk and tail ESS over every element of every global, divergences."""
+    """max R-hat, min bulk and tail ESS over every element of every global, divergences, and
+    ``converged``: all within :data:`RHAT_MAX` / :data:`ESS_MIN`, no divergence."""
     if run.extra.get("inference") != "mcmc":
         return {}
     idata = arviz_api.from_dict(posterior={k: np.asarray(v) for k, v in run.samples.items()})
     summary = arviz_api.summary(idata, kind="diagnostics")
     div = run.extra.get("sample_stats", {}).get("diverging")
-    return {"rhat_max": float(summary["r_hat"].max()),
-            "ess_bulk_min": float(summary["ess_bulk"].min()),
-            "ess_tail_min": float(summary["ess_tail"].min()),
-            "divergences": int(np.asarray(div).sum()) if div is not None else None}
+    out = {"rhat_max": float(summary["r_hat"].max()),
+           "ess_bulk_min": float(summary["ess_bulk"].min()),
+           "ess_tail_min": float(summary["ess_tail"].min()),
+           "divergences": int(np.asarray(div).sum()) if div is not None else None}
+    out["converged"] = bool(out["rhat_max"] <= RHAT_MAX and out["ess_bulk_min"] >= ESS_MIN
+                            and not out["divergences"])
+    return out
+
+
+def convergence_note(method: str, diag: dict) -> str | None:
+    """A one-line warning when the chains of ``method`` have not converged (None if they
+    have, or for SVI)."""
+    if not diag or diag["converged"]:
+        return None
+    why = [f"max R-hat {diag['rhat_max']:.3f} > {RHAT_MAX}"] if diag["rhat_max"] > RHAT_MAX \
+        else []
+    if diag["ess_bulk_min"] < ESS_MIN:
+        why.append(f"min bulk ESS {diag['ess_bulk_min']:.0f} < {ESS_MIN}")
+    if diag["divergences"]:
+        why.append(f"{diag['divergences']} divergent transitions")
+    return (f"warning: {method}: the chains have not converged ({', '.join(why)}); do not "
+            f"trust this posterior (nuts is the reference)")
 
 
 def global_report(run, batches, gold=None) -> dict:

@@ -48,6 +48,7 @@ from .evaluate import MULTIPLE, nll_per_token
 from .methods import (
     enumerated_guide_loss,
     get_method,
+    latent_enumerated_loss,
     score_function_kl_loss,
     score_function_loss,
 )
@@ -80,6 +81,12 @@ def make_loss(model, method: str, site: str | None = None, draws=None):
     m = get_method(method)
     site = declared(model, "site")
     annealed = m.anneal_rho is not None
+    # latents beside the alignment (a global z the guide draws: the sequence VAE's)
+    latents = bool(declared(model, "latents"))
+    if latents and m.loss_kind in ("score-function", "score-function-kl"):
+        raise UserError(f"{type(model).__name__} has latents beside the alignment "
+                        f"({', '.join(declared(model, 'latents'))}); NumPyro's {method} loss "
+                        f"takes the alignment as the only latent")
 
     def programs(kl, kw):
         mdl = functools.partial(model.model, enumerate_z=m.enumerate_model, kl_scale=kl,
@@ -103,6 +110,11 @@ def make_loss(model, method: str, site: str | None = None, draws=None):
                 base = jax.lax.stop_gradient(soft_token_log_likelihood(model, params, batch))
             return score_function_kl_loss(key, params, *programs(kl if annealed else 1.0, kw),
                                           batch, base, site)
+    elif m.loss_kind == "exact-marginal" and latents:
+        def loss(params, key, batch, kl=1.0, kw=None):
+            v = latent_enumerated_loss(key, params, *programs(1.0, kw), batch, site,
+                                       declared(model, "max_plate_nesting"))
+            return v, v
     elif m.loss_kind == "exact-marginal":
         def loss(params, key, batch, kl=1.0, kw=None):
             v = -exact_token_log_likelihood(model, params, batch).sum()

@@ -12,6 +12,12 @@ Two gaps of NumPyro are filled here with the same maths as Pyro computes:
   *guide* (``hard-enum``, ``vae-enum``) use :func:`enumerated_guide_loss`, the exact
   Σ_z q(z)[log p(y, z) − log q(z)] that Pyro's TraceEnum_ELBO computes for them.
 
+A model with latents beside the alignment that its guide draws (``latents``: the sequence VAE's
+z) takes the enumerated losses at the guide's draw of them, as Pyro's TraceEnum_ELBO does:
+:func:`enumerated_guide_loss` adds their terms once (not per alignment value), and ``exact``
+takes :func:`latent_enumerated_loss` — the alignment summed out given them — in place of the
+exact marginal; the score-function losses refuse such a model.
+
 ``hmm-exact`` (the Markov family) is the model of
 :meth:`~ppl_attention.numpyro.models.Seq2SeqAlignment.model`, z_t enumerated under
 ``numpyro.contrib.control_flow.scan``; ``numpyro.contrib.funsor.log_density`` of it equals the
@@ -126,15 +132,16 @@ def _site_terms(trace, name):
     return lp * site["scale"] if site.get("scale") is not None else lp
 
 
-def _token_terms(trace, batch, skip: str | None = None):
-    """Σ of the log-densities of ``trace``'s sample sites (all but ``skip``), each of which
-    must broadcast to the tokens ``[..., B, T]`` — the per-token cost the score-function and
-    enumerated-guide losses take (the z_t of one site under the target plate are conditionally
-    independent given x and y)."""
+def _token_terms(trace, batch, skip=()):
+    """Σ of the log-densities of ``trace``'s sample sites (all but those named in ``skip``),
+    each of which must broadcast to the tokens ``[..., B, T]`` — the per-token cost the
+    score-function and enumerated-guide losses take (the z_t of one site under the target plate
+    are conditionally independent given x and y)."""
     B, T = batch.tgt_out.shape
+    skip = (skip,) if isinstance(skip, str) else tuple(skip)
     total = 0.0
     for name, site in trace.items():
-        if site["type"] != "sample" or name == skip:
+        if site["type"] != "sample" or name in skip:
             continue
         lp = _site_terms(trace, name)
         if lp.ndim < 2 or tuple(lp.shape[-2:]) not in ((B, T), (1, T), (B, 1), (1, 1)):
@@ -202,21 +209,72 @@ def score_function_kl_loss(rng_key, params, model, guide, batch, baseline, site:
     return -surrogate, -elbo
 
 
+def _drawn_latents(guide_trace, site: str) -> dict:
+    """The values of the guide's latent sites other than the alignment ``site`` — a global z
+    the guide draws (the sequence VAE's), which the model is run at."""
+    return {n: s["value"] for n, s in guide_trace.items()
+            if s["type"] == "sample" and not s["is_observed"] and n != site}
+
+
+def _sum_terms(trace, names) -> jnp.ndarray:
+    """Σ of the whole log-densities (scaled) of ``trace``'s sample sites named in ``names``."""
+    return sum((_site_terms(trace, n).sum() for n in names
+                if n in trace and trace[n]["type"] == "sample"), jnp.zeros(()))
+
+
 def enumerated_guide_loss(rng_key, params, model, guide, batch, site: str = "align"):
     """−Σ_{b,t} Σ_j q(z_t = j)[log p(y_t | z_t = j) + log p(z_t = j) − log q(z_t = j)]: the exact
     ELBO of a categorical guide site ``site``, summed over the batch (Pyro: TraceEnum_ELBO with
-    the guide site enumerated). The model is run once with z = every source position,
-    broadcast on a new leftmost dim, exactly as parallel enumeration does."""
+    the guide site enumerated). The model is run once with z = every value of the site's
+    support, broadcast on a new leftmost dim, exactly as parallel enumeration does.
+
+    Other latents the guide draws (a global z: the sequence VAE's) are kept at the guide's draw
+    (the model runs at it): their model log-densities are added and the guide's other sites
+    (theirs, and a factor such as free bits) subtracted once, not per alignment value — a
+    one-draw estimate over them, the enumerated sum over the alignment given them."""
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
                        ).get_trace(batch)
-    S = batch.src.shape[-1]
-    support = jnp.arange(S).reshape(S, 1, 1)
-    conditioned = handlers.condition(handlers.substitute(model, data=params), data={site: support})
-    m = handlers.trace(handlers.seed(conditioned, rng_key)).get_trace(batch)
     q_site = g[site]
+    support = q_site["fn"].enumerate_support(expand=False)  # [K, 1, 1]
+    drawn = _drawn_latents(g, site)
+    conditioned = handlers.condition(handlers.substitute(model, data=params),
+                                     data={site: support, **drawn})
+    m = handlers.trace(handlers.seed(conditioned, rng_key)).get_trace(batch)
     log_q = q_site["fn"].log_prob(support)
     q = jnp.exp(log_q)
     if q_site.get("scale") is not None:
         log_q = log_q * q_site["scale"]
-    terms = q * (_token_terms(m, batch) - log_q)
-    return -jnp.where(batch.tgt_mask, terms.sum(0), 0.0).sum()
+    terms = q * (_token_terms(m, batch, skip=drawn) - log_q)
+    elbo = jnp.where(batch.tgt_mask, terms.sum(0), 0.0).sum()
+    if drawn:
+        elbo = elbo + _sum_terms(m, drawn) - _sum_terms(g, [n for n in g if n != site])
+    return -elbo
+
+
+def latent_enumerated_loss(rng_key, params, model, guide, batch, site: str = "align",
+                           nest: int = PLATES):
+    """−ELBO of a model whose guide draws latents besides the alignment (a global z: the
+    sequence VAE's) and whose alignment site ``site`` is enumerated in the model: −[Σ_{b,t}
+    log Σ_j p(z_t = j | ·) p(y_t | z_t = j, ·) + log p(latents) − log q(latents)] at the
+    guide's draw, summed over the batch (Pyro: TraceEnum_ELBO with the alignment enumerated in
+    the model and z from the guide). The alignment is enumerated by
+    ``numpyro.contrib.funsor.enum``; every other model site is under the [batch, target]
+    plates; the guide's sites (z, a free-bits factor) are subtracted whole."""
+    from numpyro.contrib.funsor import enum
+
+    g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
+                       ).get_trace(batch)
+    drawn = _drawn_latents(g, site)
+    program = handlers.condition(handlers.substitute(model, data=params), data=drawn)
+    m = handlers.trace(enum(handlers.seed(program, rng_key), first_available_dim=-1 - nest)
+                       ).get_trace(batch)
+    enumerated = [n for n, s in m.items() if s["type"] == "sample" and not s["is_observed"]
+                  and s["infer"].get("enumerate") == "parallel"]
+    if enumerated not in ([site], []):
+        raise UserError(f"the enumerated loss sums out one alignment site {site!r}; the model "
+                        f"enumerates {', '.join(enumerated) or 'none'}")
+    B, T = batch.tgt_out.shape
+    joint = _token_terms(m, batch, skip=drawn)
+    joint = jnp.broadcast_to(joint, (*jnp.shape(joint)[:-2], B, T)).reshape(-1, B, T)
+    ll = jnp.where(batch.tgt_mask, jax.nn.logsumexp(joint, 0), 0.0).sum()
+    return -(ll + _sum_terms(m, drawn) - _sum_terms(g, list(g)))

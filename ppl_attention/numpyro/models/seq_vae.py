@@ -1,12 +1,22 @@
 """AttentionSeqVAE for NumPyro: the model of :mod:`ppl_attention.models.seq_vae` (read its
-docstring for the maths) as pure JAX functions of a parameter dict keyed like the torch model's
-``state_dict()``, with the same ``model``/``guide`` programs (sites ``"z"``, ``"x"``,
-``"free_bits"``). ``m, params = AttentionSeqVAE.from_torch(torch_model)``.
+docstring for the maths), the Pyro model's declared twin (``numpyro_twin``; ``ppl-attention
+check-twin seq-vae ppl_attention.numpyro.models.seq_vae:AttentionSeqVAE --task reorder``).
 
-Alignments: soft attention, or a categorical alignment summed out in closed form inside the
-``"x"`` factor (the same Σ_j p(a_t = j)·p(x_t | a_t = j) that Pyro's TraceEnum_ELBO computes over
-its enumerated ``"align"`` site); the continuous families are Pyro-only here. Word dropout is a
-training-time option of the torch side; this mirror evaluates and trains without it.
+It meets the NumPyro model contract (:mod:`.base`): the same constructor, declarations and
+programs as the Pyro model — ``model``/``guide`` with the contract's switches and the step
+argument ``beta`` (:meth:`step_arguments`), sites ``"z"`` (the global latent, under the batch
+plate), ``"align"`` (a categorical alignment over the decoder's memory, enumerated when
+``enumerate_z``; soft attention has no site), ``"x"`` (the tokens) and the guide's
+``"free_bits"`` factor. The weights are one pytree-valued ``numpyro.param("seq_vae", …)`` keyed
+like the torch model's ``state_dict()``, so they move between the twins by name as they are;
+``m.init_params(key)`` gives fresh ones, ``m, params = AttentionSeqVAE.from_torch(torch_model)``
+the twin of a trained torch model.
+
+What the mirror has not: the continuous alignment families (weibull, lognormal: use the Pyro
+backend) and word dropout (a training-time option; the mirror evaluates a model trained with it
+without it, as the torch model does in eval mode, and refuses to train with it). Rows of a padded
+batch without tokens (NumPyro's bucketing) have their z and free-bits terms masked out, so they
+add nothing to the loss.
 """
 
 from __future__ import annotations
@@ -20,20 +30,28 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ...core.seq_vae import ANNEALING, OPTION_HELP, check_family, check_options
 from ...errors import UserError
+from ..attend import attend
+from ..families import Family, from_torch_family, make_family
 from ..nn import (
     Params,
     bilstm,
     from_torch,
     gru_cell,
+    init_linear,
     linear,
     sub,
     transformer_decoder_layer,
     transformer_encoder_layer,
 )
 from ..scores import make_score
+from .base import AlignmentModel
 
-__all__ = ["AttentionSeqVAE", "kl_normal_per_dim"]
+__all__ = ["AttentionSeqVAE", "kl_normal_per_dim", "SITE"]
+
+SITE = "align"
+MIRRORED_FAMILIES = ("soft", "categorical")
 
 
 def kl_normal_per_dim(mu, sigma):
@@ -49,42 +67,154 @@ def _positions(L: int, d: int):
     return pe.at[:, 1::2].set(jnp.cos(pos * div)[:, : d // 2])
 
 
-class AttentionSeqVAE:
-    """Same constructor as the torch model; ``family`` must be soft or categorical."""
+# --- fresh weights, torch's default initializations under torch's names ---------------------
+
+def _init_rnn(key, prefix: str, d_in: int, hidden: int, suffixes, gates: int = 3) -> Params:
+    """A torch GRU (``gates`` 3) or LSTM (4): U(−1/√h, 1/√h) for every weight and bias."""
+    p = {}
+    bound = 1.0 / math.sqrt(hidden)
+    for suffix in suffixes:
+        for kind, shape in (("weight_ih", (gates * hidden, d_in)),
+                            ("weight_hh", (gates * hidden, hidden)),
+                            ("bias_ih", (gates * hidden,)), ("bias_hh", (gates * hidden,))):
+            key, k = jax.random.split(key)
+            p[f"{prefix}{kind}{suffix}"] = jax.random.uniform(k, shape, minval=-bound,
+                                                              maxval=bound)
+    return p
+
+
+def _init_attention(key, name: str, d: int) -> Params:
+    """torch.nn.MultiheadAttention: Xavier-uniform packed projections, zero biases."""
+    k1, k2 = jax.random.split(key)
+    bound = math.sqrt(6.0 / (d + 3 * d))
+    p = {f"{name}.in_proj_weight": jax.random.uniform(k1, (3 * d, d), minval=-bound,
+                                                      maxval=bound),
+         f"{name}.in_proj_bias": jnp.zeros(3 * d)}
+    p |= init_linear(k2, f"{name}.out_proj", d, d)
+    p[f"{name}.out_proj.bias"] = jnp.zeros(d)
+    return p
+
+
+def _init_transformer_layer(key, name: str, d: int, cross: bool) -> Params:
+    """torch.nn.TransformerEncoderLayer (``cross``: DecoderLayer), feed-forward 2d."""
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    p = _init_attention(k1, f"{name}.self_attn", d)
+    if cross:
+        p |= _init_attention(k2, f"{name}.multihead_attn", d)
+    p |= init_linear(k3, f"{name}.linear1", d, 2 * d)
+    p |= init_linear(k4, f"{name}.linear2", 2 * d, d)
+    for i in (1, 2, 3) if cross else (1, 2):
+        p[f"{name}.norm{i}.weight"] = jnp.ones(d)
+        p[f"{name}.norm{i}.bias"] = jnp.zeros(d)
+    return p
+
+
+class AttentionSeqVAE(AlignmentModel):
+    """The constructor, options and defaults of the torch model; ``family`` must be soft or
+    categorical here, and ``word_dropout`` 0."""
+
+    param_name = "seq_vae"  # the one pytree-valued numpyro.param of model and guide
+    site = SITE
+    data = "sequences"
+    latents = ("z",)
+    latent_guide = True  # the guide samples z (amortized): trained by the alignment methods
+    posteriors = ("none", "prior")  # the alignment's guide, if any, is the family's posterior
+    families = MIRRORED_FAMILIES
+    training_defaults = {"lr": 3e-3}
+    option_help = OPTION_HELP
 
     def __init__(self, vocab: int, hidden: int = 128, latent: int = 16, embed: int | None = None,
                  encoder: str = "gru", decoder: str = "gru", attention: str = "additive",
-                 memory: str = "decoder", z_input: str = "both", family: str = "soft",
+                 memory: str = "decoder", z_input: str = "both", family: Family | str | None = None,
                  heads: int = 4, layers: int = 1, z_slots: int = 4, word_dropout: float = 0.0,
                  free_bits: float = 0.0, max_len: int = 64, kl_anneal: str = "none",
                  anneal_steps: int = 1000):
-        name = getattr(family, "name", family) or "soft"
-        if name not in ("soft", "categorical"):
-            raise UserError(f"the NumPyro AttentionSeqVAE has soft and categorical alignments; "
-                             f"got {name!r} (use the Pyro backend)")
-        embed = embed or hidden
-        self.config = dict(vocab=vocab, hidden=hidden, latent=latent, embed=embed,
-                           encoder=encoder, decoder=decoder, attention=attention, memory=memory,
-                           z_input=z_input, family=name, heads=heads, layers=layers,
-                           z_slots=z_slots, word_dropout=word_dropout, free_bits=free_bits,
-                           max_len=max_len)
-        self.hidden, self.latent = hidden, latent
-        self.score = make_score(attention, hidden, hidden) if attention != "none" else None
+        check_options(hidden=hidden, latent=latent, encoder=encoder, decoder=decoder,
+                      attention=attention, memory=memory, z_input=z_input, heads=heads,
+                      layers=layers, z_slots=z_slots, word_dropout=word_dropout,
+                      free_bits=free_bits, max_len=max_len, kl_anneal=kl_anneal,
+                      anneal_steps=anneal_steps)
+        if word_dropout:
+            raise UserError(f"word_dropout={word_dropout}: the NumPyro AttentionSeqVAE trains "
+                            f"without word dropout; use the pyro backend or word_dropout=0")
+        self.family = make_family(family, key_dim=hidden)
+        if self.family.name not in MIRRORED_FAMILIES:
+            raise UserError(f"the NumPyro AttentionSeqVAE has soft and categorical alignments, "
+                            f"not {self.family.name!r}: use the pyro backend")
+        check_family(self.family.deterministic, decoder, attention)
+        self.hidden, self.latent, self.embed = hidden, latent, embed or hidden
+        self.score = (make_score(attention, hidden, hidden)
+                      if decoder == "gru" and attention != "none" else None)
         self.params: Params | None = None
 
     @classmethod
-    def from_torch(cls, torch_model):
-        m = cls(**torch_model.config, family=torch_model.family.name)
+    def from_torch(cls, torch_model, training: bool = False) -> tuple[AttentionSeqVAE, Params]:
+        """The NumPyro twin of a torch ``AttentionSeqVAE`` and its weights. For evaluation a
+        model trained with word dropout evaluates without it, as the torch model does in eval
+        mode; for ``training`` word dropout is refused (the mirror has none)."""
+        config = dict(torch_model.config)
+        if not training:
+            config["word_dropout"] = 0.0
+        m = cls(family=from_torch_family(torch_model.family), **config)
         m.params = from_torch(torch_model.state_dict())
         return m, m.params
 
+    def _param(self) -> Params:
+        """The one parameter of the programs: the weights set by :meth:`from_torch`, else
+        fresh ones from the seed's key (:meth:`init_params`)."""
+        return numpyro.param(self.param_name,
+                             self.params if self.params is not None else self.init_params)
+
+    def init_params(self, key) -> Params:
+        """Fresh weights under the torch model's ``state_dict`` names and shapes."""
+        c, h, e, d = self.config, self.hidden, self.embed, self.latent
+        V = c["vocab"]
+        zc = d if c["z_input"] in ("concat", "both") else 0
+        ks = iter(jax.random.split(key, 16 + 2 * c["layers"]))
+        p = {"emb.weight": jax.random.normal(next(ks), (V, e))}
+        if c["encoder"] == "gru":
+            p |= _init_rnn(next(ks), "encoder.", e, h // 2, ("_l0", "_l0_reverse"))
+        else:
+            p |= init_linear(next(ks), "enc_in", e, h)
+            for i in range(c["layers"]):
+                p |= _init_transformer_layer(next(ks), f"encoder.layers.{i}", h, cross=False)
+        p |= init_linear(next(ks), "q_mu", h, d)
+        p |= init_linear(next(ks), "q_log_sigma", h, d)
+        if c["decoder"] == "gru":
+            p |= _init_rnn(next(ks), "decoder.", e + zc, h, ("",))
+            if c["attention"] != "none":
+                p |= {f"score.{k}": v for k, v in self.score.init(next(ks)).items()}
+                p |= init_linear(next(ks), "W_c", h, h, bias=False)
+        else:
+            p |= init_linear(next(ks), "dec_in", e + zc, h)
+            for i in range(c["layers"]):
+                p |= _init_transformer_layer(next(ks), f"decoder.layers.{i}", h, cross=True)
+            p |= init_linear(next(ks), "z_memory", d, c["z_slots"] * h)
+        if c["z_input"] in ("init", "both"):
+            p |= init_linear(next(ks), "W_init", d, h)
+        p |= init_linear(next(ks), "W_s", h, h)
+        p |= init_linear(next(ks), "W_z", d, h, bias=False)
+        p |= init_linear(next(ks), "W_o", h, V)
+        return p
+
+    # --- properties --------------------------------------------------------------------------
     @property
     def generative(self) -> bool:
+        """False for memory "encoder": p(x | z) then reads x itself (no bound, no samples)."""
         return self.config["memory"] == "decoder"
 
-    # --- inference network ---------------------------------------------------------------------
+    @property
+    def enumerate_alignment(self) -> bool:
+        return self.config["attention"] != "none" and self.family.enumerable
+
+    @property
+    def _samples_alignment(self) -> bool:
+        return (self.config["decoder"] == "gru" and self.config["attention"] != "none"
+                and not self.family.deterministic)
+
+    # --- inference network -------------------------------------------------------------------
     def encode(self, p: Params, batch):
-        """→ H ``[B, L, h]`` (0 on padding), μ, σ ``[B, d]``."""
+        """x ``[B, L]`` → encoder states H ``[B, L, h]`` (0 on padding), μ and σ ``[B, d]``."""
         x, mask = batch.src, batch.src_mask
         emb = p["emb.weight"][x]
         c = self.config
@@ -101,7 +231,8 @@ class AttentionSeqVAE:
 
     # --- decoder -----------------------------------------------------------------------------
     def decoder_states(self, p: Params, z, tgt_in, H=None, src_mask=None):
-        """GRU: states s_0..s_T ``[B, T+1, h]``; Transformer: outputs ``[B, T, h]``."""
+        """GRU decoder: states s_0..s_T ``[B, T+1, h]``. Transformer decoder: outputs
+        ``[B, T, h]``."""
         c = self.config
         emb = p["emb.weight"][tgt_in]
         B, T = tgt_in.shape
@@ -118,7 +249,7 @@ class AttentionSeqVAE:
                                               mem_mask)
             return h
         s0 = (jnp.tanh(linear(p, "W_init", z)) if c["z_input"] in ("init", "both")
-              else jnp.zeros((B, self.hidden)))
+              else jnp.zeros((B, self.hidden), emb.dtype))
 
         def step(s, x):
             s = gru_cell(p, "", x, s, "decoder.")
@@ -127,7 +258,9 @@ class AttentionSeqVAE:
         _, ss = jax.lax.scan(step, s0, jnp.swapaxes(emb, 0, 1))
         return jnp.concatenate([s0[:, None], jnp.swapaxes(ss, 0, 1)], 1)
 
-    def _memory_and_scores(self, p, states, H, src_mask, T):
+    def memory_and_scores(self, p: Params, states, H, src_mask, T: int):
+        """GRU decoder with attention: memory ``[B, S, h]``, scores e ``[B, T, S]`` and their
+        mask ``[B, T, S]`` (decoder memory: position j < t is visible to output t)."""
         query = states[:, 1:]
         if self.config["memory"] == "decoder":
             memory = states[:, :-1]
@@ -137,32 +270,39 @@ class AttentionSeqVAE:
             mask = jnp.broadcast_to(src_mask[:, None], (src_mask.shape[0], T, src_mask.shape[1]))
         return memory, self.score(sub(p, "score"), query, memory), mask
 
-    def _pre(self, p, states, z):
+    def output_logits(self, p: Params, states, z, context=None):
+        """logits ``[..., B, T, V]`` from decoder states (GRU: s_1..s_T), the context (which
+        may carry enumeration dims on the left) and z."""
         s = states[:, 1:] if self.config["decoder"] == "gru" else states
-        return linear(p, "W_s", s) + linear(p, "W_z", z)[:, None]
+        pre = linear(p, "W_s", s) + linear(p, "W_z", z)[:, None]
+        if context is not None:
+            pre = pre + linear(p, "W_c", context)
+        return linear(p, "W_o", jnp.tanh(pre))
 
     def token_log_likelihood(self, p: Params, batch, z, H=None):
-        """log p(x_t | x_<t, z) ``[B, T]`` (0 on padding); a categorical alignment summed out."""
+        """log p(x_t | x_<t, z) ``[B, T]`` (0 on padding), exact: the soft context, or a
+        categorical alignment summed out, Σ_j p(a_t = j)·p(x_t | a_t = j)."""
         c = self.config
+        if H is None and c["memory"] == "encoder":
+            H = self.encode(p, batch)[0]
         T = batch.tgt_in.shape[1]
         states = self.decoder_states(p, z, batch.tgt_in, H, batch.src_mask)
         y = batch.tgt_out
-        pre = self._pre(p, states, z)
         if c["decoder"] == "transformer" or c["attention"] == "none":
-            logp = jax.nn.log_softmax(linear(p, "W_o", jnp.tanh(pre)), -1)
+            logp = jax.nn.log_softmax(self.output_logits(p, states, z), -1)
             ll = jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
         else:
-            memory, e, mask = self._memory_and_scores(p, states, H, batch.src_mask, T)
-            e = jnp.where(mask, e, -jnp.inf)
-            if c["family"] == "soft":
-                ctx = jax.nn.softmax(e, -1) @ memory
-                logp = jax.nn.log_softmax(linear(p, "W_o", jnp.tanh(pre + linear(p, "W_c", ctx))),
-                                          -1)
+            memory, e, mask = self.memory_and_scores(p, states, H, batch.src_mask, T)
+            if self.family.deterministic:
+                w = self.family.deterministic_weights(e, mask)
+                logp = jax.nn.log_softmax(self.output_logits(p, states, z, w @ memory), -1)
                 ll = jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
             else:
-                log_prior = jax.nn.log_softmax(e, -1)  # [B, T, S]
-                full = pre[:, :, None] + linear(p, "W_c", memory)[:, None]  # [B, T, S, h]
-                logp = jax.nn.log_softmax(linear(p, "W_o", jnp.tanh(full)), -1)
+                log_prior = jax.nn.log_softmax(jnp.where(mask, e, -jnp.inf), -1)  # [B, T, S]
+                # every memory position j as the context: [B, T, S, V]
+                pre = (linear(p, "W_s", states[:, 1:])[:, :, None]
+                       + linear(p, "W_z", z)[:, None, None] + linear(p, "W_c", memory)[:, None])
+                logp = jax.nn.log_softmax(linear(p, "W_o", jnp.tanh(pre)), -1)
                 idx = jnp.broadcast_to(y[:, :, None, None], (*logp.shape[:-1], 1))
                 emis = jnp.take_along_axis(logp, idx, -1)[..., 0]
                 ll = jax.nn.logsumexp(jnp.where(mask, log_prior + emis, -jnp.inf), -1)
@@ -170,28 +310,81 @@ class AttentionSeqVAE:
 
     # --- probabilistic program ---------------------------------------------------------------
     @staticmethod
-    def _scale(kl_scale):
-        if isinstance(kl_scale, (int, float)) and kl_scale == 1.0:
-            return contextlib.nullcontext()
-        return handlers.scale(scale=kl_scale)
+    def _scale(scale):
+        """Log-densities times ``scale``; a (concrete) 0 — β at the first step of linear KL
+        annealing — masks them, since NumPyro's ``scale`` takes only positive numbers (a traced
+        β, as in the jitted step, may be 0)."""
+        if isinstance(scale, (int, float)):
+            if scale == 1.0:
+                return contextlib.nullcontext()
+            if scale == 0.0:
+                return handlers.mask(mask=False)
+        return handlers.scale(scale=scale)
 
-    def model(self, batch, kl_scale=1.0):
-        p = numpyro.param("seq_vae", self.params)
-        B = batch.tgt_out.shape[0]
+    @staticmethod
+    def _rows(batch):
+        """``[B, 1]``: the rows with tokens (a padded row of a NumPyro batch has none), where
+        the per-sequence sites z and free bits count."""
+        return batch.tgt_mask.any(-1)[:, None]
+
+    def model(self, batch, *, enumerate_z: bool = False, kl_scale=1.0, beta=1.0):
+        """p(x, z, a): z ~ N(0, I) (its log-density scaled by ``beta``), the alignment (if the
+        family samples one; enumerated when ``enumerate_z``, scaled by ``kl_scale``), tokens
+        observed."""
+        p = self._param()
+        B, T = batch.tgt_out.shape
         H = self.encode(p, batch)[0] if self.config["memory"] == "encoder" else None
-        with numpyro.plate("batch", B, dim=-1):
-            with self._scale(kl_scale):
-                z = numpyro.sample("z", dist.Normal(jnp.zeros((B, self.latent)), 1.0)
-                                   .to_event(1))
-            numpyro.factor("x", self.token_log_likelihood(p, batch, z, H).sum(-1))
+        with numpyro.plate("batch", B, dim=-2):
+            with self._scale(beta), handlers.mask(mask=self._rows(batch)):
+                loc = jnp.zeros((B, 1, self.latent), p["W_z.weight"].dtype)
+                z = numpyro.sample("z", dist.Normal(loc, 1.0).to_event(1))[:, 0]
+            plate_t = numpyro.plate("target", T, dim=-1)
+            if self._samples_alignment:
+                states = self.decoder_states(p, z, batch.tgt_in, H, batch.src_mask)
+                memory, e, mask = self.memory_and_scores(p, states, H, batch.src_mask, T)
+                with plate_t:
+                    with self._scale(kl_scale):
+                        ctx, _ = attend(SITE, e, memory, self.family, mask=mask, keys=memory,
+                                        target_mask=None if enumerate_z else batch.tgt_mask,
+                                        infer={"enumerate": "parallel"} if enumerate_z else None)
+                    logits = self.output_logits(p, states, z, ctx)  # enum dims broadcast
+                    with handlers.mask(mask=batch.tgt_mask):
+                        numpyro.sample("x", dist.Categorical(logits=logits), obs=batch.tgt_out)
+            else:
+                ll = self.token_log_likelihood(p, batch, z, H)
+                with plate_t:
+                    numpyro.factor("x", ll)
 
-    def guide(self, batch, kl_scale=1.0, use_free_bits: bool = True):
-        p = numpyro.param("seq_vae", self.params)
-        _, mu, sigma = self.encode(p, batch)
-        with numpyro.plate("batch", mu.shape[0], dim=-1):
-            with self._scale(kl_scale):
-                numpyro.sample("z", dist.Normal(mu, sigma).to_event(1))
+    def guide(self, batch, *, posterior: str = "none", enumerate_z: bool = False, kl_scale=1.0,
+              baseline=None, beta=1.0, use_free_bits: bool = True):
+        """q(z | x) = N(μ(x), σ(x)); with ``posterior="prior"`` also q(a | x, z) = the family's
+        posterior at the decoder's own scores (enumerated when ``enumerate_z``). ``baseline`` is
+        the contract's (NumPyro's score-function loss applies it itself)."""
+        if posterior not in self.posteriors:
+            raise UserError(f"posterior must be one of {', '.join(self.posteriors)}, got "
+                            f"{posterior!r}")
+        p = self._param()
+        B, T = batch.tgt_out.shape
+        H, mu, sigma = self.encode(p, batch)
+        rows = self._rows(batch)
+        with numpyro.plate("batch", B, dim=-2):
+            with self._scale(beta), handlers.mask(mask=rows):
+                z = numpyro.sample("z", dist.Normal(mu[:, None], sigma[:, None])
+                                   .to_event(1))[:, 0]
             fb = self.config["free_bits"] if use_free_bits else 0.0
             if fb > 0:
+                # log q += Σ_d relu(λ − KL_d): the ELBO's KL term becomes Σ_d max(KL_d, λ)
                 gap = jnp.clip(fb - kl_normal_per_dim(mu, sigma), 0.0).sum(-1)
-                numpyro.factor("free_bits", kl_scale * gap)
+                numpyro.factor("free_bits", jnp.where(rows, beta * gap[:, None], 0.0))
+            if posterior == "prior" and self._samples_alignment:
+                states = self.decoder_states(p, z, batch.tgt_in, H, batch.src_mask)
+                memory, e, mask = self.memory_and_scores(p, states, H, batch.src_mask, T)
+                with numpyro.plate("target", T, dim=-1), self._scale(kl_scale):
+                    attend(SITE, e, memory, self.family, mask=mask, keys=memory, guide=True,
+                           target_mask=batch.tgt_mask,
+                           infer={"enumerate": "parallel"} if enumerate_z else None)
+
+    # --- training ----------------------------------------------------------------------------
+    def step_arguments(self, step: int) -> dict:
+        """β(step) of the z site's KL annealing, for model and guide at that step."""
+        return {"beta": ANNEALING[self.config["kl_anneal"]](step, self.config["anneal_steps"])}
