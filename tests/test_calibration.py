@@ -108,7 +108,7 @@ def trained_numpyro(tmp_path_factory, data_dir):
 def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(
         backend, trained, trained_numpyro):
     """On either backend: the run's exact posterior passes; its guide with the logits × 6
-    (over-confident) fails, and with the logits × 0.2 (under-confident) fails too, covering
+    (over-confident) fails, and with the logits × 0.05 (under-confident) fails too, covering
     more than it claims — the same planted distortion (``cal.planted``) on a Pyro and a NumPyro
     model."""
     from ppl_attention.data import make_task
@@ -126,7 +126,7 @@ def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(
     assert q["posterior"] == "q (inference)" and not q["passes"]
     assert q["coverage"]["0.90"] < 0.85  # an over-confident q covers less than it claims
     under = cal.calibrate(run, pairs, num_sims=120, draws=39, seed=3, progress=False,
-                          distort=cal.planted("logits", 0.2))
+                          distort=cal.planted("logits", 0.05))
     q = under["rows"][0]
     as_trained = rows["q (inference)"]["coverage"]
     assert not q["passes"]

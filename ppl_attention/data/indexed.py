@@ -1,0 +1,152 @@
+"""A parallel corpus indexed for word aligners at scale (NumPy; the NumPyro side's Gibbs and
+variational samplers read it).
+
+Every sentence pair's source gets the NULL word in front (position 0), so a target word may
+align to nothing. The translation table is kept **sparse**: only the (source word, target word)
+pairs that co-occur in some sentence pair — the *cells* c = 0 … C − 1 — can have more than the
+prior's mass, so a table is a vector over cells (``cell_src [C]``, ``cell_tgt [C]``), and each
+sentence pair carries the cell of each of its (source position, target position) cells
+(``cell [B, S1, T]``). Pairs are grouped by their padded lengths (multiples of ``multiple``)
+into *shape classes* of stacked batches ``[n_batches, batch, S1, T]``, so a sweep over the
+corpus is one compiled program: one scan per shape class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UserError
+
+__all__ = ["ShapeClass", "IndexedCorpus", "index_corpus", "index_pairs"]
+
+
+@dataclass
+class ShapeClass:
+    """Stacked batches of one padded shape: ``src [n, B, S1]`` (source word ids, NULL's id at
+    position 0), ``src_mask [n, B, S1]`` (position 0 True), ``tgt [n, B, T]``, ``tgt_mask``,
+    ``cell [n, B, S1, T]`` (0 where masked), ``index [n, B]`` (the corpus position of each
+    row, −1 for a filler row)."""
+
+    src: np.ndarray
+    src_mask: np.ndarray
+    tgt: np.ndarray
+    tgt_mask: np.ndarray
+    cell: np.ndarray
+    index: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        n, B, S1 = self.src.shape
+        return n, B, S1, self.tgt.shape[-1]
+
+
+@dataclass
+class IndexedCorpus:
+    """The corpus of the module docstring: ``n_src`` source words (NULL's id is ``null``),
+    ``n_tgt`` target words, cells, shape classes, and each pair's lengths."""
+
+    n_src: int
+    n_tgt: int
+    null: int
+    cell_src: np.ndarray
+    cell_tgt: np.ndarray
+    classes: list[ShapeClass]
+    src_len: np.ndarray
+    tgt_len: np.ndarray
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.cell_src)
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.src_len)
+
+    def cells_per_source(self) -> np.ndarray:
+        """k_e: the number of distinct target words co-occurring with each source word."""
+        return np.bincount(self.cell_src, minlength=self.n_src)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for c in self.classes for a in vars(c).values()) + \
+            self.cell_src.nbytes + self.cell_tgt.nbytes
+
+
+def _ceil(x: np.ndarray, m: int) -> np.ndarray:
+    return ((x + m - 1) // m) * m
+
+
+def _keys(s, sm, y, ym, n_tgt):
+    """The key source id · n_tgt + target id of every real cell, and where they are."""
+    real = sm[:, :, None] & ym[:, None, :]
+    return (s.astype(np.int64)[:, :, None] * n_tgt + y[:, None, :])[real], real
+
+
+def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt: int,
+                 batch: int = 1024, multiple: int = 8) -> IndexedCorpus:
+    """Index sentence pairs given as id arrays (``src[k]`` the source word ids of pair k, in
+    ``[0, n_src)``; ``tgt[k]`` its target word ids, in ``[0, n_tgt)``). NULL gets the id
+    ``n_src`` (one more row of the translation table)."""
+    if len(src) != len(tgt) or not src:
+        raise UserError(f"index_corpus: {len(src)} sources and {len(tgt)} targets")
+    null = n_src
+    src_len = np.array([len(s) for s in src], dtype=np.int64)
+    tgt_len = np.array([len(t) for t in tgt], dtype=np.int64)
+    if (src_len == 0).any() or (tgt_len == 0).any():
+        k = int(np.flatnonzero((src_len == 0) | (tgt_len == 0))[0])
+        raise UserError(f"pair {k + 1}: an empty side")
+    S1 = _ceil(src_len + 1, multiple)
+    T = _ceil(tgt_len, multiple)
+    order = np.lexsort((T, S1))
+    groups = []
+    for s1 in np.unique(S1):
+        for t in np.unique(T[S1 == s1]):
+            rows = order[(S1[order] == s1) & (T[order] == t)]
+            groups.append((int(s1), int(t), rows))
+    # every (source id, target id) of every real cell, as one key, for the cell index
+    keys, parts = [], []
+    for s1, t, rows in groups:
+        n_b = (len(rows) + batch - 1) // batch
+        B = min(batch, len(rows))
+        n_rows = n_b * B
+        s = np.full((n_rows, s1), null, np.int32)
+        sm = np.zeros((n_rows, s1), bool)
+        y = np.zeros((n_rows, t), np.int32)
+        ym = np.zeros((n_rows, t), bool)
+        idx = np.full(n_rows, -1, np.int64)
+        for r, k in enumerate(rows):
+            s[r, 1:1 + src_len[k]] = src[k]
+            sm[r, :1 + src_len[k]] = True
+            y[r, :tgt_len[k]] = tgt[k]
+            ym[r, :tgt_len[k]] = True
+            idx[r] = k
+        keys.append(_keys(s, sm, y, ym, n_tgt)[0])
+        parts.append((s, sm, y, ym, idx, n_b, B))
+    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    del keys
+    classes, at = [], 0
+    for s, sm, y, ym, idx, n_b, B in parts:
+        key, real = _keys(s, sm, y, ym, n_tgt)
+        cell = np.zeros(real.shape, np.int32)
+        cell[real] = inverse[at: at + len(key)]
+        at += len(key)
+        shape = (n_b, B)
+        classes.append(ShapeClass(s.reshape(*shape, -1), sm.reshape(*shape, -1),
+                                  y.reshape(*shape, -1), ym.reshape(*shape, -1),
+                                  cell.reshape(*shape, *cell.shape[1:]), idx.reshape(shape)))
+    return IndexedCorpus(n_src + 1, n_tgt, null, (unique // n_tgt).astype(np.int32),
+                         (unique % n_tgt).astype(np.int32), classes, src_len, tgt_len)
+
+
+def index_pairs(pairs, batch: int = 1024, multiple: int = 8):
+    """(:class:`IndexedCorpus`, source words, target words) of token pairs: ids in order of
+    first appearance."""
+    src_words: dict[str, int] = {}
+    tgt_words: dict[str, int] = {}
+    src = [np.array([src_words.setdefault(w, len(src_words)) for w in s], np.int32)
+           for s, _ in pairs]
+    tgt = [np.array([tgt_words.setdefault(w, len(tgt_words)) for w in t], np.int32)
+           for _, t in pairs]
+    corpus = index_corpus(src, tgt, len(src_words), len(tgt_words), batch, multiple)
+    return corpus, list(src_words), list(tgt_words)

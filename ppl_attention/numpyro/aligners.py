@@ -1,0 +1,342 @@
+"""Word aligners at corpus scale in JAX: Bayesian IBM Model 1, IBM Model 2 and an HMM aligner,
+each with a NULL word, over the sparse tables of :mod:`ppl_attention.data.indexed` — the
+conditionals the ``gibbs`` kernel draws from and the expectations ``vb`` takes.
+
+The models (f_j the target words, e_i the source words, e_0 = NULL):
+
+    θ_e ~ Dirichlet(α·1_{V_f})              translation table, one row per source word and NULL
+    IBM1:  p(a_j = i) = 1 / (S + 1)         i = 0 (NULL), 1 … S
+    IBM2:  p(a_j = i) ∝ δ_{b(i, j)}         δ ~ Dirichlet(γ·1): NULL bucket, and the
+           displacement i − 1 − ⌊(j + ½)·S/T⌋ from the diagonal, clipped to [−D, D]
+    HMM:   p(a_j = i | a_{j−1}) ∝ φ_{b(i − m)}   φ ~ Dirichlet(γ·1): NULL bucket, and the jump
+           from m, the last real position aligned before j (−1 at the start: the NULL state
+           remembers it, as in Och & Ney 2003 and eflomal), clipped to [−D, D] — jumps in
+           both directions
+    f_j | a_j = i ~ Categorical(θ_{e_i})
+
+The distortion and jump factors are those of Vogel, Ney & Tillmann (1996) without the
+per-sentence normalization (deficient, as eflomal's and IBM Models 3–5 are): the weight of an
+alignment is the product of the bucket weights it uses, so the conditional of δ and φ given the
+alignments is exactly the Dirichlet of their counts — the blocked Gibbs sampler and mean-field
+VB below are exact for the density they share with the NumPyro programs that NUTS runs
+(:mod:`ppl_attention.numpyro.models.word_aligners`).
+
+Tables: ``log_theta [C]`` over the corpus's cells (co-occurring word pairs); the rest of each row
+holds the prior's mass only, drawn as one Gamma((V_f − k_e)·α) (the sum of independent
+Gammas of equal rate). ``log_dist [K]``: the buckets, ``K = 2D + 2`` (displacements −D … D,
+then NULL). A batch is a dict of ``src [B, S1]``, ``src_mask``, ``tgt [B, T]``, ``tgt_mask``,
+``cell [B, S1, T]``; alignments are indices into the S1 axis (0 = NULL, −1 on padding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import digamma, gammaln
+
+from ..errors import UserError
+
+__all__ = ["ALIGNERS", "AlignerSpec", "aligner", "sample_translation", "expected_log_translation",
+           "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
+           "batch_step", "uniform_tables"]
+
+ALIGNERS = ("ibm1", "ibm2", "hmm")
+NEG = -1e30
+
+
+@dataclass(frozen=True)
+class AlignerSpec:
+    """``model``: ibm1, ibm2 or hmm; ``alpha``: the translation rows' Dirichlet concentration
+    (per target word); ``gamma``: the buckets'; ``max_jump``: D."""
+
+    model: str
+    alpha: float = 0.01
+    gamma: float = 1.0
+    max_jump: int = 8
+
+    def __post_init__(self):
+        if self.model not in ALIGNERS:
+            raise UserError(f"unknown aligner {self.model!r}; valid: {', '.join(ALIGNERS)}")
+        if not self.alpha > 0 or not self.gamma > 0:
+            raise UserError(f"alpha and gamma must be > 0, got {self.alpha}, {self.gamma}")
+        if not isinstance(self.max_jump, int) or self.max_jump < 1:
+            raise UserError(f"max_jump must be an int ≥ 1, got {self.max_jump!r}")
+
+    @property
+    def n_buckets(self) -> int:
+        return 0 if self.model == "ibm1" else 2 * self.max_jump + 2
+
+    @property
+    def null_bucket(self) -> int:
+        return 2 * self.max_jump + 1
+
+
+def aligner(model: str, **options) -> AlignerSpec:
+    return AlignerSpec(model, **options)
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+def _segment_logsumexp(x, seg, n):
+    m = jax.ops.segment_max(x, seg, num_segments=n)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    return m + jnp.log(jax.ops.segment_sum(jnp.exp(x - m[seg]), seg, num_segments=n))
+
+
+def uniform_tables(spec: AlignerSpec, corpus_arrays: dict):
+    """Tables to start from: every cell of a row equal, the buckets uniform."""
+    n_src = corpus_arrays["n_src"]
+    k = jnp.bincount(corpus_arrays["cell_src"], length=n_src)
+    log_theta = -jnp.log(jnp.maximum(k, 1))[corpus_arrays["cell_src"]]
+    log_dist = jnp.full((spec.n_buckets,), -jnp.log(max(spec.n_buckets, 1)))
+    return log_theta.astype(jnp.float32), log_dist.astype(jnp.float32)
+
+
+def sample_translation(key, spec, counts, cell_src, n_src: int, n_tgt: int):
+    """log θ_c of a draw of every row's Dirichlet(α + counts) posterior, sparse: ``counts [C]``
+    the links of each cell; the row's cells beyond its k_e co-occurring ones drawn as one
+    Gamma((V_f − k_e)·α)."""
+    k1, k2 = jax.random.split(key)
+    log_g = jax.random.loggamma(k1, spec.alpha + counts)
+    k_e = jnp.bincount(cell_src, length=n_src)
+    rest_shape = jnp.maximum((n_tgt - k_e) * spec.alpha, 1e-30)
+    log_rest = jnp.where(n_tgt > k_e, jax.random.loggamma(k2, rest_shape), NEG)
+    row = _segment_logsumexp(log_g, cell_src, n_src)
+    log_z = jnp.logaddexp(row, log_rest)
+    return log_g - log_z[cell_src]
+
+
+def expected_log_translation(spec, counts, cell_src, n_src: int, n_tgt: int):
+    """E_q[log θ_c] under q(θ_e) = Dirichlet(α + n̄_e): ψ(α + n̄_c) − ψ(V_f·α + Σ_c∈e n̄_c)."""
+    total = jax.ops.segment_sum(counts, cell_src, num_segments=n_src)
+    return digamma(spec.alpha + counts) - digamma(n_tgt * spec.alpha + total)[cell_src]
+
+
+def translation_kl(spec, counts, cell_src, n_src: int, n_tgt: int):
+    """Σ_e KL(Dirichlet(α + n̄_e) ‖ Dirichlet(α)) over the rows; the entries outside the cells
+    have n̄ = 0 and contribute nothing."""
+    a = spec.alpha
+    total = jax.ops.segment_sum(counts, cell_src, num_segments=n_src)
+    psi_tot = digamma(n_tgt * a + total)
+    per_row = gammaln(n_tgt * a + total) - gammaln(n_tgt * a)
+    per_cell = -(gammaln(a + counts) - gammaln(a)) + counts * (digamma(a + counts)
+                                                              - psi_tot[cell_src])
+    return per_row.sum() + per_cell.sum()
+
+
+def sample_buckets(key, spec, counts):
+    if spec.n_buckets == 0:
+        return jnp.zeros((0,), jnp.float32)
+    return jnp.log(jax.random.dirichlet(key, spec.gamma + counts))
+
+
+def expected_log_buckets(spec, counts):
+    if spec.n_buckets == 0:
+        return jnp.zeros((0,), jnp.float32)
+    a = spec.gamma + counts
+    return digamma(a) - digamma(a.sum())
+
+
+def bucket_kl(spec, counts):
+    if spec.n_buckets == 0:
+        return 0.0
+    g = spec.gamma
+    a = g + counts
+    K = spec.n_buckets
+    return (gammaln(a.sum()) - gammaln(K * g) - (gammaln(a) - gammaln(g)).sum()
+            + (counts * (digamma(a) - digamma(a.sum()))).sum())
+
+
+# --- one batch: IBM1 / IBM2 -------------------------------------------------------------------
+
+def _emission(log_theta, b):
+    """log θ(f_j | e_i) ``[B, S1, T]``, −∞ off the real cells."""
+    real = b["src_mask"][:, :, None] & b["tgt_mask"][:, None, :]
+    return jnp.where(real, log_theta[b["cell"]], NEG)
+
+
+def _displacement_bucket(spec, b):
+    """IBM2's bucket of each (i, j) ``[B, S1, T]``: NULL at i = 0."""
+    S = b["src_mask"].sum(-1)[:, None, None] - 1
+    T = b["tgt_mask"].sum(-1)[:, None, None]
+    S1, Tp = b["src"].shape[1], b["tgt"].shape[1]
+    i = jnp.arange(S1)[None, :, None] - 1
+    j = jnp.arange(Tp)[None, None, :]
+    diag = jnp.floor((j + 0.5) * S / jnp.maximum(T, 1)).astype(jnp.int32)
+    d = jnp.clip(i - diag, -spec.max_jump, spec.max_jump) + spec.max_jump
+    return jnp.where(i < 0, spec.null_bucket, d)
+
+
+def _position_logits(spec, log_theta, log_dist, b):
+    logits = _emission(log_theta, b)
+    if spec.model == "ibm1":
+        S1 = b["src_mask"].sum(-1)[:, None, None]
+        return logits - jnp.log(S1)
+    return logits + log_dist[_displacement_bucket(spec, b)]
+
+
+def _independent_step(spec, key, log_theta, log_dist, b, n_cells):
+    logits = _position_logits(spec, log_theta, log_dist, b)
+    tm = b["tgt_mask"]
+    log_z = jax.nn.logsumexp(logits, 1)  # [B, T]
+    probs = jnp.exp(logits - log_z[:, None])
+    loglik = jnp.where(tm, log_z, 0.0).sum()
+    a = jax.random.categorical(key, logits, axis=1)  # [B, T]
+    cells = jnp.take_along_axis(b["cell"], a[:, None, :], 1)[:, 0]
+    w = tm.astype(jnp.float32)
+    drawn = jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(w.ravel())
+    expected = jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
+        (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
+    out = {"probs": probs, "align": jnp.where(tm, a, -1), "loglik": loglik,
+           "drawn_cells": drawn, "expected_cells": expected}
+    if spec.n_buckets:
+        bucket = _displacement_bucket(spec, b)
+        bd = jnp.take_along_axis(bucket, a[:, None, :], 1)[:, 0]
+        out["drawn_buckets"] = jnp.zeros(spec.n_buckets).at[bd.ravel()].add(w.ravel())
+        out["expected_buckets"] = jnp.zeros(spec.n_buckets).at[bucket.ravel()].add(
+            (probs * tm[:, None, :]).ravel())
+    return out
+
+
+# --- one batch: the HMM -------------------------------------------------------------------------
+
+def _jump_weights(spec, log_dist, S: int):
+    """W[m, k] = φ_{b(k − (m − 1))}: from memory index m (0: the start, m: real position m − 1)
+    to real position k ``[S + 1, S]`` (probabilities), and the bucket of each entry."""
+    m = jnp.arange(S + 1)[:, None] - 1
+    k = jnp.arange(S)[None, :]
+    bucket = jnp.clip(k - m, -spec.max_jump, spec.max_jump) + spec.max_jump
+    return jnp.exp(log_dist[bucket]), bucket
+
+
+def _hmm_forward(spec, log_theta, log_dist, b):
+    """The scaled forward pass over (state, memory): per step j the normalized real-state
+    weights ``a_real [T, B, S]``, NULL-state weights ``a_null [T, B, S+1]`` (by memory), the
+    memory distribution before the step ``prev [T, B, S+1]``, and log Z ``[B]``."""
+    le = _emission(log_theta, b)  # [B, S1, T]
+    shift = jnp.max(le, 1)  # [B, T]
+    shift = jnp.where(shift > NEG / 2, shift, 0.0)
+    E = jnp.exp(le - shift[:, None])  # [B, S1, T]
+    B, S1, T = E.shape
+    S = S1 - 1
+    W, _ = _jump_weights(spec, log_dist, S)
+    phi_null = jnp.exp(log_dist[spec.null_bucket])
+    start = jnp.zeros((B, S + 1)).at[:, 0].set(1.0)
+
+    def step(beta, xs):
+        E_j, shift_j, real_j = xs  # [B, S1], [B], [B]
+        a_real = E_j[:, 1:] * (beta @ W)
+        a_null = (E_j[:, 0] * phi_null)[:, None] * beta
+        new = a_null + jnp.pad(a_real, ((0, 0), (1, 0)))
+        c = new.sum(-1)
+        ok = real_j & (c > 0)
+        c_safe = jnp.where(ok, c, 1.0)
+        new = jnp.where(ok[:, None], new / c_safe[:, None], beta)
+        ll = jnp.where(ok, jnp.log(c_safe) + shift_j, 0.0)
+        return new, (a_real / c_safe[:, None], a_null / c_safe[:, None], beta, ll, c_safe)
+
+    final, (a_real, a_null, prev, ll, c) = jax.lax.scan(
+        step, start, (jnp.moveaxis(E, 2, 0), shift.T, b["tgt_mask"].T))
+    return {"a_real": a_real, "a_null": a_null, "prev": prev, "final": final, "c": c,
+            "log_z": ll.sum(0), "W": W, "E": E}
+
+
+def _hmm_backward_marginals(spec, fw, b, log_dist):
+    """Link marginals ``[B, S1, T]`` and expected bucket counts ``[K]`` (forward–backward, the
+    backward messages scaled by the forward pass's normalizers c_j, so that forward × backward
+    is the posterior)."""
+    W = fw["W"]
+    S = W.shape[1]
+    phi_null = jnp.exp(log_dist[spec.null_bucket])
+    _, bucket = _jump_weights(spec, log_dist, S)
+    E_t = jnp.moveaxis(fw["E"], 2, 0)  # [T, B, S1]
+
+    def step(bwd, xs):  # bwd: [B, S+1], over the memory after step j
+        a_real, a_null, prev, E_j, c_j, real_j = xs
+        post_real = a_real * bwd[:, 1:]  # real position k at j
+        post_null = a_null * bwd  # NULL at j, remembering m
+        z = post_real.sum(-1) + post_null.sum(-1)
+        z = jnp.where(real_j & (z > 0), z, 1.0)
+        post_real, post_null = post_real / z[:, None], post_null / z[:, None]
+        r = E_j[:, 1:] * bwd[:, 1:]  # [B, S]
+        xi = prev[:, :, None] * W[None] * (r / (c_j * z)[:, None])[:, None, :]  # [B, S+1, S]
+        xi = jnp.where(real_j[:, None, None], xi, 0.0)
+        jumps = jnp.zeros(2 * spec.max_jump + 1).at[bucket.ravel()].add(xi.sum(0).ravel())
+        nulls = jnp.where(real_j, post_null.sum(-1), 0.0).sum()
+        before = (r @ W.T + (E_j[:, 0] * phi_null)[:, None] * bwd) / c_j[:, None]
+        new = jnp.where(real_j[:, None], before, bwd)
+        marg = jnp.concatenate([post_null.sum(-1, keepdims=True), post_real], -1)
+        return new, (jnp.where(real_j[:, None], marg, 0.0), jumps, nulls)
+
+    B = b["tgt"].shape[0]
+    _, (marg, jumps, nulls) = jax.lax.scan(
+        step, jnp.ones((B, S + 1)),
+        (fw["a_real"], fw["a_null"], fw["prev"], E_t, fw["c"], b["tgt_mask"].T), reverse=True)
+    buckets = jnp.concatenate([jumps.sum(0), nulls.sum()[None]])
+    return jnp.moveaxis(marg, 0, 2), buckets  # [B, S1, T]
+
+
+def _hmm_sample(spec, key, fw, b, log_dist):
+    """Backward sampling: alignments ``[B, T]`` (S1 indices, −1 on padding) and the drawn
+    bucket counts ``[K]``."""
+    W = fw["W"]
+    S = W.shape[1]
+    B = b["tgt"].shape[0]
+    k0, key = jax.random.split(key)
+    m = jax.random.categorical(k0, jnp.log(jnp.maximum(fw["final"], 1e-38)), axis=-1)
+    keys = jax.random.split(key, fw["a_real"].shape[0])
+    rows = jnp.arange(B)
+    _, bucket = _jump_weights(spec, log_dist, S)
+
+    def step(m, xs):
+        a_real, a_null, prev, real_j, kk = xs
+        k1, k2 = jax.random.split(kk)
+        p_real = jnp.where(m >= 1, a_real[rows, jnp.maximum(m - 1, 0)], 0.0)
+        p_null = a_null[rows, m]
+        is_real = jax.random.uniform(k1, (B,)) * (p_real + p_null) < p_real
+        k = m - 1  # the real position when real
+        logits = jnp.log(jnp.maximum(prev * W[:, jnp.maximum(k, 0)].T, 1e-38))
+        m_before = jnp.where(is_real, jax.random.categorical(k2, logits, axis=-1), m)
+        a = jnp.where(is_real, m, 0)  # S1 index: real position k is column k + 1 = m
+        jb = bucket[m_before, jnp.maximum(k, 0)]
+        jb = jnp.where(is_real, jb, spec.null_bucket)
+        return (jnp.where(real_j, m_before, m),
+                (jnp.where(real_j, a, -1), jnp.where(real_j, jb, -1)))
+
+    _, (align, jb) = jax.lax.scan(step, m, (fw["a_real"], fw["a_null"], fw["prev"],
+                                            b["tgt_mask"].T, keys), reverse=True)
+    valid = jb >= 0
+    drawn = jnp.zeros(spec.n_buckets).at[jnp.where(valid, jb, 0).ravel()].add(
+        valid.ravel().astype(jnp.float32))
+    return align.T, drawn
+
+
+def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, draw: bool = True):
+    fw = _hmm_forward(spec, log_theta, log_dist, b)
+    probs, expected_b = _hmm_backward_marginals(spec, fw, b, log_dist)
+    tm = b["tgt_mask"]
+    out = {"probs": probs, "loglik": fw["log_z"].sum(), "expected_buckets": expected_b,
+           "expected_cells": jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
+               (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())}
+    if draw:
+        a, drawn_b = _hmm_sample(spec, key, fw, b, log_dist)
+        cells = jnp.take_along_axis(b["cell"], jnp.maximum(a, 0)[:, None, :], 1)[:, 0]
+        w = (a >= 0).astype(jnp.float32)
+        out.update(align=a, drawn_buckets=drawn_b,
+                   drawn_cells=jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(
+                       w.ravel()))
+    return out
+
+
+def batch_step(spec: AlignerSpec, key, log_theta, log_dist, b: dict, n_cells: int,
+               draw: bool = True) -> dict:
+    """One batch under the current tables: ``probs [B, S1, T]`` (each target word's posterior
+    over NULL and the source positions), ``loglik`` (log p(f | e, tables), the alignments
+    summed out), ``expected_cells [C]`` / ``expected_buckets [K]`` (their expected counts);
+    with ``draw`` also an alignment drawn from the posterior (``align [B, T]``) and its counts
+    (``drawn_cells``, ``drawn_buckets``)."""
+    if spec.model == "hmm":
+        return _hmm_step(spec, key, log_theta, log_dist, b, n_cells, draw)
+    return _independent_step(spec, key, log_theta, log_dist, b, n_cells)

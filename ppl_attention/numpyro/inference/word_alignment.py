@@ -1,0 +1,292 @@
+"""Inference for the word aligners at corpus scale (:mod:`ppl_attention.numpyro.aligners`):
+
+- ``gibbs`` — blocked Gibbs sampling, as a NumPyro :class:`~numpyro.infer.mcmc.MCMCKernel`
+  (:class:`ConjugateGibbs`), so :class:`numpyro.infer.MCMC` runs it — chains, warm-up (burn-in),
+  thinning, its progress bar. One transition: every alignment of the corpus drawn at once given
+  the tables (a categorical per target word for IBM1/2, forward filtering–backward sampling
+  for the HMM), then the tables drawn from their Dirichlet posteriors given the drawn counts
+  (the translation rows sparse). After warm-up each transition adds the alignment posterior
+  *given its tables* to the link marginals (Rao–Blackwellized: the exact conditional instead of
+  the one draw), so the estimate is the posterior mean of p(a_j = i | f, e, tables).
+  The sample field records, per draw, the corpus log-likelihood given the tables, the bucket
+  weights and the drawn alignments of ``track`` fixed target words (R-hat and ESS across chains).
+- ``vb`` — mean-field variational Bayes, q(tables) q(alignments), in closed-form coordinate
+  ascent (Riley & Gildea 2012; fast_align's ``-v``): q(θ_e) = Dirichlet(α + expected counts),
+  the alignments' posterior under exp E_q[log tables] (forward–backward for the HMM); the ELBO
+  log Ẑ − KL(q ‖ p) of each sweep never decreases. ``svb``: its stochastic form (Hoffman, Blei,
+  Wang & Paisley 2013) over minibatches of the corpus, step ρ_t = (τ + t)^−κ.
+
+A sweep visits every shape class of the corpus by one ``lax.scan`` over its stacked batches:
+one compiled program per aligner and corpus layout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import namedtuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import MCMC
+from numpyro.infer.mcmc import MCMCKernel
+
+from ...core.progress import progress_bar
+from ...errors import UserError
+from .. import aligners as al
+
+__all__ = ["ConjugateGibbs", "GibbsState", "run_gibbs", "run_vb", "run_svb", "device_corpus",
+           "links_from_marginals", "link_rhat"]
+
+GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "marg", "z"])
+
+FIELDS = ("src", "src_mask", "tgt", "tgt_mask", "cell")
+
+
+def device_corpus(corpus) -> dict:
+    """The corpus as device arrays: its classes' stacked batches, the cell rows."""
+    return {"classes": [{k: jnp.asarray(getattr(c, k)) for k in FIELDS} for c in
+                        corpus.classes],
+            "cell_src": jnp.asarray(corpus.cell_src), "n_src": corpus.n_src,
+            "n_tgt": corpus.n_tgt, "n_cells": corpus.n_cells}
+
+
+def _sweep(spec, key, log_theta, log_dist, data, draw: bool, track=None):
+    """Every batch of every class under the tables: the summed counts (drawn and expected),
+    log-likelihood, each class's link posteriors ``[n, B, S1, T]`` and, with ``track``
+    (per class: flat indices into ``[n·B·T]``), the drawn alignments of those target words."""
+    C, K = data["n_cells"], spec.n_buckets
+    zero = {"drawn_cells": jnp.zeros(C), "expected_cells": jnp.zeros(C),
+            "drawn_buckets": jnp.zeros(K), "expected_buckets": jnp.zeros(K),
+            "loglik": jnp.zeros(())}
+    total, probs, tracked = dict(zero), [], []
+    for ci, cls in enumerate(data["classes"]):
+        n = cls["src"].shape[0]
+        keys = jax.random.split(jax.random.fold_in(key, ci), n)
+
+        def body(acc, xs):
+            b, k = xs
+            out = al.batch_step(spec, k, log_theta, log_dist, b, C, draw)
+            acc = {name: acc[name] + out[name] for name in acc if name in out}
+            return acc, (out["probs"], out.get("align", jnp.zeros(b["tgt"].shape, jnp.int32)))
+
+        part, (p, a) = jax.lax.scan(body, {k: v for k, v in zero.items()}, (cls, keys))
+        total = {name: total[name] + part[name] for name in total}
+        probs.append(p)
+        if track is not None:
+            tracked.append(a.reshape(-1)[track[ci]])
+    return total, probs, (jnp.concatenate(tracked) if tracked else None)
+
+
+class ConjugateGibbs(MCMCKernel):
+    """Blocked Gibbs for an aligner (module docstring). ``corpus``: :func:`device_corpus`;
+    ``track``: per class, flat indices of the target words whose draws are recorded."""
+
+    sample_field = "z"
+
+    def __init__(self, spec: al.AlignerSpec, corpus: dict, track=None):
+        self.spec, self.corpus = spec, corpus
+        self.track = track or [jnp.zeros((0,), jnp.int32) for _ in corpus["classes"]]
+        self._num_warmup = 0
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        self._num_warmup = num_warmup
+        log_theta, log_dist = al.uniform_tables(self.spec, self.corpus)
+        marg = tuple(jnp.zeros(c["cell"].shape, jnp.float32) for c in self.corpus["classes"])
+        z = {"loglik": jnp.zeros(()), "log_dist": log_dist,
+             "track": jnp.zeros((sum(int(t.shape[0]) for t in self.track),), jnp.int32)}
+        return GibbsState(jnp.zeros((), jnp.int32), rng_key, log_theta, log_dist, marg, z)
+
+    def sample(self, state, model_args, model_kwargs):
+        spec, data = self.spec, self.corpus
+        key, k_sweep, k_theta, k_dist = jax.random.split(state.key, 4)
+        total, probs, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, data,
+                                       True, self.track)
+        keep = (state.i >= self._num_warmup).astype(jnp.float32)
+        marg = tuple(m + keep * p for m, p in zip(state.marg, probs))
+        log_theta = al.sample_translation(k_theta, spec, total["drawn_cells"], data["cell_src"],
+                                          data["n_src"], data["n_tgt"])
+        log_dist = al.sample_buckets(k_dist, spec, total["drawn_buckets"])
+        z = {"loglik": total["loglik"], "log_dist": state.log_dist, "track": tracked}
+        return GibbsState(state.i + 1, key, log_theta, log_dist, marg, z)
+
+
+def _track_indices(corpus, n_track: int, seed: int):
+    """Per class, flat indices ``[n·B·T]`` of ``n_track`` real target words drawn at random."""
+    real = [np.flatnonzero(c.tgt_mask.reshape(-1)) for c in corpus.classes]
+    sizes = np.array([len(r) for r in real])
+    n_track = min(n_track, int(sizes.sum()))
+    pick = np.sort(np.random.default_rng(seed).choice(sizes.sum(), n_track, replace=False))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    return [jnp.asarray(r[pick[(pick >= s) & (pick < e)] - s], jnp.int32)
+            for r, s, e in zip(real, starts[:-1], starts[1:])]
+
+
+def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
+              samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
+              progress: bool = True) -> dict:
+    """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
+    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another (so one chain's
+    link marginals are in memory at a time) by NumPyro's ``MCMC``. Returns ``marginals``
+    (per class ``[n, B, S1, T]``, averaged over chains and draws); ``traces``: ``loglik
+    [chains, draws]``, ``track [chains, draws, n_track]`` (the tracked words' drawn positions),
+    ``log_dist [chains, draws, K]``; ``seconds``."""
+    for name, v, lo in (("chains", chains, 1), ("warmup", warmup, 0), ("samples", samples, 1),
+                        ("thinning", thinning, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise UserError(f"--{name} must be an int ≥ {lo}, got {v!r}")
+    data = device_corpus(corpus)
+    idx = _track_indices(corpus, track, seed)
+    kernel = ConjugateGibbs(spec, data, idx)
+    marg, traces = None, {"loglik": [], "track": [], "log_dist": []}
+    t0 = time.perf_counter()
+    for c in range(chains):
+        mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=1,
+                    thinning=thinning, progress_bar=progress, jit_model_args=False)
+        mcmc.run(jax.random.PRNGKey(seed * 1000 + c))
+        z = mcmc.get_samples()
+        for k in traces:
+            traces[k].append(np.asarray(z[k]))
+        # each kept transition added its conditional posterior: average over them
+        m = [np.asarray(x) / samples / thinning for x in mcmc.last_state.marg]
+        marg = m if marg is None else [a + b for a, b in zip(marg, m)]
+    marg = [m / chains for m in marg]
+    return {"marginals": marg, "traces": {k: np.stack(v) for k, v in traces.items()},
+            "seconds": time.perf_counter() - t0, "track_indices": [np.asarray(i) for i in idx]}
+
+
+def link_rhat(track: np.ndarray) -> dict:
+    """R-hat and bulk ESS of the link indicators of the tracked target words: ``track
+    [chains, draws, n]`` (each draw's source position); per word the indicator of its most
+    frequent position (ArviZ's rank-normalized split R-hat; words whose every draw agrees are
+    left out — their R-hat is undefined, and they have converged to one link)."""
+    from ... import arviz_api
+
+    C, D, n = track.shape
+    rows = []
+    for w in range(n):
+        vals, counts = np.unique(track[:, :, w], return_counts=True)
+        ind = (track[:, :, w] == vals[counts.argmax()]).astype(np.float64)
+        if ind.min() == ind.max():
+            continue
+        rows.append(ind)
+    if not rows:
+        return {"rhat_max": 1.0, "ess_bulk_min": float(C * D), "n_varying": 0, "n": n}
+    ind = np.stack(rows, -1)  # [C, D, n_varying]
+    idata = arviz_api.from_dict(posterior={"link": ind})
+    s = arviz_api.summary(idata, kind="diagnostics")
+    return {"rhat_max": float(np.nanmax(s["r_hat"])), "ess_bulk_min": float(
+        np.nanmin(s["ess_bulk"])), "n_varying": len(rows), "n": n}
+
+
+def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6,
+           progress: bool = True) -> dict:
+    """Mean-field VB to convergence (relative ELBO change below ``tol``) or ``iterations``:
+    ``marginals`` (per class, under the last q), ``elbo`` per sweep, the expected counts."""
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise UserError(f"--iterations must be an int ≥ 1, got {iterations!r}")
+    data = device_corpus(corpus)
+    C, K = data["n_cells"], spec.n_buckets
+    counts_c, counts_b = jnp.zeros(C), jnp.zeros(K)
+
+    @jax.jit
+    def e_step(counts_c, counts_b):
+        lt = al.expected_log_translation(spec, counts_c, data["cell_src"], data["n_src"],
+                                         data["n_tgt"])
+        ld = al.expected_log_buckets(spec, counts_b)
+        total, probs, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, data, False)
+        kl = al.translation_kl(spec, counts_c, data["cell_src"], data["n_src"],
+                               data["n_tgt"]) + al.bucket_kl(spec, counts_b)
+        return total, probs, total["loglik"] - kl
+
+    elbo, probs = [], None
+    t0 = time.perf_counter()
+    bar = progress_bar(range(iterations), desc=f"vb {spec.model}", unit="sweep",
+                       disable=not progress)
+    for _ in bar:
+        total, probs, value = e_step(counts_c, counts_b)
+        elbo.append(float(value))
+        bar.set_postfix(elbo=f"{elbo[-1]:.1f}")
+        counts_c, counts_b = total["expected_cells"], total["expected_buckets"]
+        if len(elbo) > 1 and abs(elbo[-1] - elbo[-2]) <= tol * abs(elbo[-2]):
+            break
+    bar.close()
+    return {"marginals": [np.asarray(p) for p in probs], "elbo": elbo,
+            "counts": (np.asarray(counts_c), np.asarray(counts_b)),
+            "seconds": time.perf_counter() - t0}
+
+
+def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
+            kappa: float = 0.7, seed: int = 0, progress: bool = True) -> dict:
+    """Stochastic VB: each step one batch of the corpus (its expected counts scaled to the
+    corpus), the natural parameters moved by ρ_t = (τ + t)^−κ; then one full E-step for the
+    marginals. ``elbo``: the full ELBO after each epoch."""
+    if not 0.5 < kappa <= 1:
+        raise UserError(f"--kappa must be in (0.5, 1] (Robbins–Monro), got {kappa}")
+    data = device_corpus(corpus)
+    C, K = data["n_cells"], spec.n_buckets
+    sizes = [int(c["tgt_mask"].sum()) for c in data["classes"]]
+    words = sum(sizes)
+    lam_c, lam_b = jnp.zeros(C), jnp.zeros(K)
+
+    def batch_counts(cls_i, n, lam_c, lam_b):
+        cls = data["classes"][cls_i]
+        b = {k: v[n] for k, v in cls.items()}
+        lt = al.expected_log_translation(spec, lam_c, data["cell_src"], data["n_src"],
+                                         data["n_tgt"])
+        ld = al.expected_log_buckets(spec, lam_b)
+        out = al.batch_step(spec, jax.random.PRNGKey(0), lt, ld, b, C, False)
+        scale = words / jnp.maximum(b["tgt_mask"].sum(), 1)
+        return scale * out["expected_cells"], scale * out["expected_buckets"]
+
+    step_fns = {}
+    rng = np.random.default_rng(seed)
+    order = [(ci, n) for ci, c in enumerate(data["classes"]) for n in range(c["src"].shape[0])]
+    t, elbo = 0, []
+    t0 = time.perf_counter()
+    for _ in progress_bar(range(epochs), desc=f"svb {spec.model}", unit="epoch",
+                          disable=not progress):
+        for ci, n in (order[k] for k in rng.permutation(len(order))):
+            fn = step_fns.setdefault(ci, jax.jit(
+                lambda n, lc, lb, ci=ci: batch_counts(ci, n, lc, lb)))
+            nc, nb = fn(n, lam_c, lam_b)
+            rho = (tau + t) ** -kappa
+            lam_c, lam_b = (1 - rho) * lam_c + rho * nc, (1 - rho) * lam_b + rho * nb
+            t += 1
+        elbo.append(float(_elbo(spec, data, lam_c, lam_b)))
+    lt = al.expected_log_translation(spec, lam_c, data["cell_src"], data["n_src"],
+                                     data["n_tgt"])
+    _, probs, _ = jax.jit(lambda a, b: _sweep(spec, jax.random.PRNGKey(0), a, b, data, False))(
+        lt, al.expected_log_buckets(spec, lam_b))
+    return {"marginals": [np.asarray(p) for p in probs], "elbo": elbo,
+            "seconds": time.perf_counter() - t0}
+
+
+def _elbo(spec, data, counts_c, counts_b):
+    lt = al.expected_log_translation(spec, counts_c, data["cell_src"], data["n_src"],
+                                     data["n_tgt"])
+    ld = al.expected_log_buckets(spec, counts_b)
+    total, _, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, data, False)
+    return total["loglik"] - al.translation_kl(spec, counts_c, data["cell_src"], data["n_src"],
+                                               data["n_tgt"]) - al.bucket_kl(spec, counts_b)
+
+
+def links_from_marginals(corpus, marginals, threshold: float | None = None) -> list[set]:
+    """Each pair's links (source i, target j), in corpus order: each target word to its most
+    probable position, none when that is NULL (``threshold``: instead every position whose
+    marginal reaches it)."""
+    out: list[set] = [set() for _ in range(corpus.n_pairs)]
+    for cls, m in zip(corpus.classes, marginals):
+        n, B, S1, T = m.shape
+        m = m.reshape(n * B, S1, T)
+        index = cls.index.reshape(-1)
+        best = m.argmax(1)  # [rows, T]
+        for r in np.flatnonzero(index >= 0):
+            k = int(index[r])
+            Tk, Sk = int(corpus.tgt_len[k]), int(corpus.src_len[k])
+            if threshold is None:
+                out[k] = {(int(best[r, j]) - 1, j) for j in range(Tk) if best[r, j] > 0}
+            else:
+                i, j = np.nonzero(m[r, 1:1 + Sk, :Tk] >= threshold)
+                out[k] = set(zip(i.tolist(), j.tolist()))
+    return out

@@ -1,0 +1,151 @@
+"""The word aligners' conditionals (ppl_attention.numpyro.aligners) against brute force: on a
+tiny corpus and random tables, every alignment of every pair enumerated — the marginal
+likelihood, each target word's posterior over NULL and the source positions, the expected
+counts of the cells and buckets, and the frequencies of the drawn alignments (FFBS for the
+HMM) — for IBM1, IBM2 and the HMM; the sparse Dirichlet draws of the translation rows against
+the dense Dirichlet's moments.
+"""
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ppl_attention.data.indexed import index_pairs
+from ppl_attention.numpyro import aligners as al
+
+PAIRS = [("a b c".split(), "x y z".split()), ("b c".split(), "y w z".split()),
+         ("a".split(), "x w".split())]
+
+
+def _corpus():
+    corpus, _, _ = index_pairs(PAIRS, batch=4, multiple=4)
+    return corpus
+
+
+def _tables(spec, corpus, seed=0):
+    rng = np.random.default_rng(seed)
+    log_theta = np.log(rng.dirichlet(np.ones(corpus.n_cells)) + 0.05).astype(np.float32)
+    log_dist = np.log(rng.dirichlet(np.ones(max(spec.n_buckets, 1))))[:spec.n_buckets]
+    return jnp.asarray(log_theta), jnp.asarray(log_dist, jnp.float32)
+
+
+def _batches(corpus):
+    for c in corpus.classes:
+        for n in range(c.shape[0]):
+            yield {k: jnp.asarray(getattr(c, k)[n]) for k in
+                   ("src", "src_mask", "tgt", "tgt_mask", "cell")}, c.index[n]
+
+
+def _brute(spec, log_theta, log_dist, b, r):
+    """Every alignment of row r: (weights, alignments, bucket lists, cell lists)."""
+    S = int(b["src_mask"][r].sum()) - 1
+    T = int(b["tgt_mask"][r].sum())
+    cell = np.asarray(b["cell"][r])
+    th, dl = np.exp(np.asarray(log_theta, np.float64)), np.exp(np.asarray(log_dist, np.float64))
+    D = spec.max_jump
+    out = []
+    for a in itertools.product(range(S + 1), repeat=T):
+        w, buckets, cells, m = 1.0, [], [], -1
+        for j, i in enumerate(a):
+            w *= th[cell[i, j]]
+            cells.append(cell[i, j])
+            if spec.model == "ibm1":
+                w /= S + 1
+            elif spec.model == "ibm2":
+                bk = spec.null_bucket if i == 0 else \
+                    int(np.clip(i - 1 - math.floor((j + 0.5) * S / T), -D, D)) + D
+                w *= dl[bk]
+                buckets.append(bk)
+            else:
+                if i == 0:
+                    bk = spec.null_bucket
+                else:
+                    bk = int(np.clip(i - 1 - m, -D, D)) + D
+                    m = i - 1
+                w *= dl[bk]
+                buckets.append(bk)
+        out.append((w, a, buckets, cells))
+    return out
+
+
+@pytest.mark.parametrize("model", al.ALIGNERS)
+def test_conditionals_equal_brute_force(model):
+    spec = al.aligner(model, max_jump=2)
+    corpus = _corpus()
+    log_theta, log_dist = _tables(spec, corpus)
+    for b, index in _batches(corpus):
+        out = al.batch_step(spec, jax.random.PRNGKey(0), log_theta, log_dist, b,
+                            corpus.n_cells)
+        cells = np.zeros(corpus.n_cells)
+        buckets = np.zeros(spec.n_buckets)
+        loglik = 0.0
+        for r in range(b["src"].shape[0]):
+            if index[r] < 0:
+                continue
+            rows = _brute(spec, log_theta, log_dist, b, r)
+            Z = sum(w for w, *_ in rows)
+            loglik += math.log(Z)
+            S1, T = int(b["src_mask"][r].sum()), int(b["tgt_mask"][r].sum())
+            marg = np.zeros((S1, T))
+            for w, a, bks, cls in rows:
+                for j, i in enumerate(a):
+                    marg[i, j] += w / Z
+                for bk in bks:
+                    buckets[bk] += w / Z
+                for c in cls:
+                    cells[c] += w / Z
+            np.testing.assert_allclose(np.asarray(out["probs"][r, :S1, :T]), marg, atol=2e-5)
+        np.testing.assert_allclose(float(out["loglik"]), loglik, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(out["expected_cells"]), cells, atol=1e-4)
+        if spec.n_buckets:
+            np.testing.assert_allclose(np.asarray(out["expected_buckets"]), buckets, atol=1e-4)
+
+
+@pytest.mark.parametrize("model", al.ALIGNERS)
+def test_drawn_alignments_follow_the_posterior(model):
+    """The draws' frequency of each whole alignment of each pair equals its exact posterior
+    probability within 4.5 standard errors (20,000 draws)."""
+    spec = al.aligner(model, max_jump=2)
+    corpus = _corpus()
+    log_theta, log_dist = _tables(spec, corpus, seed=1)
+    n = 20_000
+    for b, index in _batches(corpus):
+        draw = jax.jit(jax.vmap(lambda k, b=b: al.batch_step(spec, k, log_theta, log_dist, b,
+                                                             corpus.n_cells)["align"]))
+        a = np.asarray(draw(jax.random.split(jax.random.PRNGKey(2), n)))  # [n, B, T]
+        for r in range(b["src"].shape[0]):
+            if index[r] < 0:
+                continue
+            rows = _brute(spec, log_theta, log_dist, b, r)
+            Z = sum(w for w, *_ in rows)
+            T = int(b["tgt_mask"][r].sum())
+            got = {}
+            for row in map(tuple, a[:, r, :T]):
+                got[row] = got.get(row, 0) + 1
+            assert set(got) <= {al_ for _, al_, *_ in rows}
+            for w, al_, *_ in rows:
+                p = w / Z
+                se = math.sqrt(p * (1 - p) / n) + 1e-4
+                assert abs(got.get(tuple(al_), 0) / n - p) <= 4.5 * se, (model, r, al_, p)
+
+
+def test_sparse_translation_draws_have_the_dirichlet_moments():
+    """A row with k co-occurring cells of V target words: the sparse draw (k Gammas and one for
+    the rest) has the mean and variance of the Dirichlet(α + counts) entries."""
+    spec = al.aligner("ibm1", alpha=0.5)
+    counts = jnp.array([3.0, 0.0, 1.0, 5.0])
+    cell_src = jnp.array([0, 0, 0, 1])
+    V = 6
+    draws = jax.vmap(lambda k: jnp.exp(al.sample_translation(k, spec, counts, cell_src, 2, V)))(
+        jax.random.split(jax.random.PRNGKey(0), 40_000))
+    a = np.array([3.5, 0.5, 1.5] + [0.5] * 3)  # row 0: its 3 cells and 3 others
+    mean = a / a.sum()
+    var = mean * (1 - mean) / (a.sum() + 1)
+    np.testing.assert_allclose(np.asarray(draws[:, :3].mean(0)), mean[:3], atol=4e-3)
+    np.testing.assert_allclose(np.asarray(draws[:, :3].var(0)), var[:3], rtol=0.05)
+    b = np.array([5.5] + [0.5] * 5)  # row 1: one cell
+    np.testing.assert_allclose(float(draws[:, 3].mean()), b[0] / b.sum(), atol=4e-3)
