@@ -129,7 +129,7 @@ class PairsData(DataKind):
 
     name = "pairs"
     dims = ("src_vocab", "tgt_vocab")
-    tasks = ("copy", "reverse", "reorder", "durations", "g2p", "trees")
+    tasks = ("copy", "reverse", "reorder", "durations", "g2p", "trees", "wordalign")
     options = {"n_train": (None, "training pairs of a built-in task (default: the task's own; "
                            "valid and test sets do not depend on it)", int),
                "stress": (False, "g2p: keep stress digits on vowels", bool),

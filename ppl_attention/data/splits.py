@@ -18,6 +18,7 @@ class Split:
     log_likelihood: list[float] | None = None  # exact log p(y | x) per pair, where known
     trees: list[list[int]] | None = None  # gold dependency tree of each source (heads), if any
     decode_metrics: bool = False  # score greedy decoding (prefix and sequence accuracy)
+    possible: list[Links] | None = None  # possible gold links (⊇ gold, the sure ones), if any
 
 
 @dataclass

@@ -152,7 +152,15 @@ TASKS = {
     "g2p": lambda n_train=None, n_eval=None, seed=0, stress=False: _g2p(stress, n_train, seed),
     "trees": lambda n_train=10_000, n_eval=500, seed=0, depth=4: trees_task(n_train, n_eval,
                                                                              seed, depth),
+    "wordalign": lambda n_train=10_000, n_eval=500, seed=0, **options: _wordalign(
+        n_train, n_eval, seed, **options),
 }
+
+
+def _wordalign(n_train, n_eval, seed, **options):
+    from .wordalign import wordalign_task
+
+    return wordalign_task(n_train, n_eval, seed, **options)
 
 
 def _g2p(stress, n_train, seed):

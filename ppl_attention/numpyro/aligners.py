@@ -38,7 +38,7 @@ from jax.scipy.special import digamma, gammaln
 
 from ..errors import UserError
 
-__all__ = ["ALIGNERS", "AlignerSpec", "aligner", "sample_translation", "expected_log_translation",
+__all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_translation", "expected_log_translation",
            "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
            "batch_step", "uniform_tables"]
 
@@ -94,15 +94,49 @@ def uniform_tables(spec: AlignerSpec, corpus_arrays: dict):
     return log_theta.astype(jnp.float32), log_dist.astype(jnp.float32)
 
 
+def log_gamma_draws(key, shape_param):
+    """log G, G ~ Gamma(a, 1) elementwise, exactly: Marsaglia & Tsang's (2000) squeeze for
+    a ≥ 1, every element proposing at once and the rejected ones again until all are accepted
+    (≥ 95 % accept per round), and their boost log G(a) = log G(a + 1) + log U / a for a < 1
+    — a few vectorized rounds, where ``jax.random.loggamma`` loops per element (50× slower
+    on a CPU over a million cells)."""
+    a = jnp.asarray(shape_param, jnp.float32)
+    boost = a < 1
+    a1 = jnp.where(boost, a + 1, a)
+    d = a1 - 1.0 / 3.0
+    c = 1.0 / jnp.sqrt(9.0 * d)
+    tiny = jnp.finfo(jnp.float32).tiny
+
+    def cond(state):
+        return ~jnp.all(state[1])
+
+    def body(state):
+        key, done, out = state
+        key, k1, k2 = jax.random.split(key, 3)
+        x = jax.random.normal(k1, a.shape)
+        v = (1.0 + c * x) ** 3
+        u = jax.random.uniform(k2, a.shape, minval=tiny)
+        log_v = jnp.log(jnp.maximum(v, tiny))
+        ok = (v > 0) & (jnp.log(u) < 0.5 * x * x + d - d * v + d * log_v)
+        out = jnp.where(~done & ok, jnp.log(d) + log_v, out)
+        return key, done | ok, out
+
+    key, k3 = jax.random.split(key)
+    _, _, out = jax.lax.while_loop(cond, body, (key, jnp.zeros(a.shape, bool),
+                                                jnp.zeros(a.shape, jnp.float32)))
+    u = jax.random.uniform(k3, a.shape, minval=tiny)
+    return jnp.where(boost, out + jnp.log(u) / a, out)
+
+
 def sample_translation(key, spec, counts, cell_src, n_src: int, n_tgt: int):
     """log θ_c of a draw of every row's Dirichlet(α + counts) posterior, sparse: ``counts [C]``
     the links of each cell; the row's cells beyond its k_e co-occurring ones drawn as one
     Gamma((V_f − k_e)·α)."""
     k1, k2 = jax.random.split(key)
-    log_g = jax.random.loggamma(k1, spec.alpha + counts)
+    log_g = log_gamma_draws(k1, spec.alpha + counts)
     k_e = jnp.bincount(cell_src, length=n_src)
     rest_shape = jnp.maximum((n_tgt - k_e) * spec.alpha, 1e-30)
-    log_rest = jnp.where(n_tgt > k_e, jax.random.loggamma(k2, rest_shape), NEG)
+    log_rest = jnp.where(n_tgt > k_e, log_gamma_draws(k2, rest_shape), NEG)
     row = _segment_logsumexp(log_g, cell_src, n_src)
     log_z = jnp.logaddexp(row, log_rest)
     return log_g - log_z[cell_src]
@@ -177,26 +211,37 @@ def _position_logits(spec, log_theta, log_dist, b):
     return logits + log_dist[_displacement_bucket(spec, b)]
 
 
-def _independent_step(spec, key, log_theta, log_dist, b, n_cells):
+def _inverse_cdf(key, probs, axis):
+    """One categorical draw per slice of ``probs`` along ``axis`` from one uniform each (the
+    inverse CDF: far fewer random numbers than Gumbel noise on every entry)."""
+    cum = jnp.cumsum(probs, axis)
+    total = jnp.take(cum, -1, axis)
+    u = jax.random.uniform(key, total.shape) * total
+    return jnp.sum(cum < jnp.expand_dims(u, axis), axis).clip(0, probs.shape[axis] - 1)
+
+
+def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     logits = _position_logits(spec, log_theta, log_dist, b)
     tm = b["tgt_mask"]
     log_z = jax.nn.logsumexp(logits, 1)  # [B, T]
     probs = jnp.exp(logits - log_z[:, None])
-    loglik = jnp.where(tm, log_z, 0.0).sum()
-    a = jax.random.categorical(key, logits, axis=1)  # [B, T]
-    cells = jnp.take_along_axis(b["cell"], a[:, None, :], 1)[:, 0]
-    w = tm.astype(jnp.float32)
-    drawn = jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(w.ravel())
-    expected = jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
-        (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
-    out = {"probs": probs, "align": jnp.where(tm, a, -1), "loglik": loglik,
-           "drawn_cells": drawn, "expected_cells": expected}
-    if spec.n_buckets:
-        bucket = _displacement_bucket(spec, b)
-        bd = jnp.take_along_axis(bucket, a[:, None, :], 1)[:, 0]
-        out["drawn_buckets"] = jnp.zeros(spec.n_buckets).at[bd.ravel()].add(w.ravel())
-        out["expected_buckets"] = jnp.zeros(spec.n_buckets).at[bucket.ravel()].add(
-            (probs * tm[:, None, :]).ravel())
+    out = {"probs": probs, "loglik": jnp.where(tm, log_z, 0.0).sum()}
+    bucket = _displacement_bucket(spec, b) if spec.n_buckets else None
+    if mode in ("draw", "both"):
+        a = _inverse_cdf(key, probs, 1)  # [B, T]
+        cells = jnp.take_along_axis(b["cell"], a[:, None, :], 1)[:, 0]
+        w = tm.astype(jnp.float32)
+        out["align"] = jnp.where(tm, a, -1)
+        out["drawn_cells"] = jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(w.ravel())
+        if spec.n_buckets:
+            bd = jnp.take_along_axis(bucket, a[:, None, :], 1)[:, 0]
+            out["drawn_buckets"] = jnp.zeros(spec.n_buckets).at[bd.ravel()].add(w.ravel())
+    if mode in ("expect", "both"):
+        out["expected_cells"] = jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
+            (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
+        if spec.n_buckets:
+            out["expected_buckets"] = jnp.zeros(spec.n_buckets).at[bucket.ravel()].add(
+                (probs * tm[:, None, :]).ravel())
     return out
 
 
@@ -285,7 +330,7 @@ def _hmm_sample(spec, key, fw, b, log_dist):
     S = W.shape[1]
     B = b["tgt"].shape[0]
     k0, key = jax.random.split(key)
-    m = jax.random.categorical(k0, jnp.log(jnp.maximum(fw["final"], 1e-38)), axis=-1)
+    m = _inverse_cdf(k0, fw["final"], -1)
     keys = jax.random.split(key, fw["a_real"].shape[0])
     rows = jnp.arange(B)
     _, bucket = _jump_weights(spec, log_dist, S)
@@ -297,8 +342,7 @@ def _hmm_sample(spec, key, fw, b, log_dist):
         p_null = a_null[rows, m]
         is_real = jax.random.uniform(k1, (B,)) * (p_real + p_null) < p_real
         k = m - 1  # the real position when real
-        logits = jnp.log(jnp.maximum(prev * W[:, jnp.maximum(k, 0)].T, 1e-38))
-        m_before = jnp.where(is_real, jax.random.categorical(k2, logits, axis=-1), m)
+        m_before = jnp.where(is_real, _inverse_cdf(k2, prev * W[:, jnp.maximum(k, 0)].T, -1), m)
         a = jnp.where(is_real, m, 0)  # S1 index: real position k is column k + 1 = m
         jb = bucket[m_before, jnp.maximum(k, 0)]
         jb = jnp.where(is_real, jb, spec.null_bucket)
@@ -313,30 +357,39 @@ def _hmm_sample(spec, key, fw, b, log_dist):
     return align.T, drawn
 
 
-def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, draw: bool = True):
+def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     fw = _hmm_forward(spec, log_theta, log_dist, b)
-    probs, expected_b = _hmm_backward_marginals(spec, fw, b, log_dist)
     tm = b["tgt_mask"]
-    out = {"probs": probs, "loglik": fw["log_z"].sum(), "expected_buckets": expected_b,
-           "expected_cells": jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
-               (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())}
-    if draw:
-        a, drawn_b = _hmm_sample(spec, key, fw, b, log_dist)
+    out = {"loglik": fw["log_z"].sum()}
+    if mode in ("expect", "both"):
+        probs, out["expected_buckets"] = _hmm_backward_marginals(spec, fw, b, log_dist)
+        out["probs"] = probs
+        out["expected_cells"] = jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
+            (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
+    if mode in ("draw", "both"):
+        a, out["drawn_buckets"] = _hmm_sample(spec, key, fw, b, log_dist)
         cells = jnp.take_along_axis(b["cell"], jnp.maximum(a, 0)[:, None, :], 1)[:, 0]
         w = (a >= 0).astype(jnp.float32)
-        out.update(align=a, drawn_buckets=drawn_b,
-                   drawn_cells=jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(
-                       w.ravel()))
+        out["align"] = a
+        out["drawn_cells"] = jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(w.ravel())
+        if mode == "draw":  # the drawn alignment itself, one-hot (no backward pass)
+            out["probs"] = jax.nn.one_hot(a, b["src"].shape[1], axis=1) * tm[:, None, :]
     return out
 
 
+MODES = ("draw", "expect", "both")
+
+
 def batch_step(spec: AlignerSpec, key, log_theta, log_dist, b: dict, n_cells: int,
-               draw: bool = True) -> dict:
-    """One batch under the current tables: ``probs [B, S1, T]`` (each target word's posterior
-    over NULL and the source positions), ``loglik`` (log p(f | e, tables), the alignments
-    summed out), ``expected_cells [C]`` / ``expected_buckets [K]`` (their expected counts);
-    with ``draw`` also an alignment drawn from the posterior (``align [B, T]``) and its counts
-    (``drawn_cells``, ``drawn_buckets``)."""
+               mode: str = "both") -> dict:
+    """One batch under the current tables: ``loglik`` (log p(f | e, tables), the alignments
+    summed out) and ``probs [B, S1, T]`` — each target word's posterior over NULL and the
+    source positions (``mode`` "expect" or "both"; for the HMM under "draw", the drawn
+    alignment one-hot) —; ``mode`` "expect" / "both": the expected counts ``expected_cells
+    [C]``, ``expected_buckets [K]``; "draw" / "both": an alignment drawn from the posterior
+    (``align [B, T]``) and its counts ``drawn_cells``, ``drawn_buckets``."""
+    if mode not in MODES:
+        raise UserError(f"batch_step: mode must be one of {MODES}, got {mode!r}")
     if spec.model == "hmm":
-        return _hmm_step(spec, key, log_theta, log_dist, b, n_cells, draw)
-    return _independent_step(spec, key, log_theta, log_dist, b, n_cells)
+        return _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode)
+    return _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode)

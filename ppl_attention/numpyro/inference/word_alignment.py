@@ -43,19 +43,26 @@ GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "mar
 FIELDS = ("src", "src_mask", "tgt", "tgt_mask", "cell")
 
 
-def device_corpus(corpus) -> dict:
-    """The corpus as device arrays: its classes' stacked batches, the cell rows."""
-    return {"classes": [{k: jnp.asarray(getattr(c, k)) for k in FIELDS} for c in
-                        corpus.classes],
-            "cell_src": jnp.asarray(corpus.cell_src), "n_src": corpus.n_src,
-            "n_tgt": corpus.n_tgt, "n_cells": corpus.n_cells}
+def device_corpus(corpus) -> tuple[dict, dict]:
+    """The corpus as (sizes, device arrays): ``n_src``, ``n_tgt``, ``n_cells`` (static), and
+    its classes' stacked batches with the cell rows — passed to the compiled sweeps as
+    arguments, not folded into them as constants."""
+    return ({"n_src": corpus.n_src, "n_tgt": corpus.n_tgt, "n_cells": corpus.n_cells},
+            {"classes": [{k: jnp.asarray(getattr(c, k)) for k in FIELDS}
+                         for c in corpus.classes],
+             "cell_src": jnp.asarray(corpus.cell_src)})
 
 
-def _sweep(spec, key, log_theta, log_dist, data, draw: bool, track=None):
-    """Every batch of every class under the tables: the summed counts (drawn and expected),
-    log-likelihood, each class's link posteriors ``[n, B, S1, T]`` and, with ``track``
-    (per class: flat indices into ``[n·B·T]``), the drawn alignments of those target words."""
-    C, K = data["n_cells"], spec.n_buckets
+def _translation(fn, spec, counts, sizes, arrays):
+    return fn(spec, counts, arrays["cell_src"], sizes["n_src"], sizes["n_tgt"])
+
+
+def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None):
+    """Every batch of every class under the tables (``mode`` as
+    :func:`~ppl_attention.numpyro.aligners.batch_step`): the summed counts, log-likelihood,
+    each class's link posteriors ``[n, B, S1, T]`` and, with ``track`` (per class: flat
+    indices into ``[n·B·T]``), the drawn alignments of those target words."""
+    C, K = sizes["n_cells"], spec.n_buckets
     zero = {"drawn_cells": jnp.zeros(C), "expected_cells": jnp.zeros(C),
             "drawn_buckets": jnp.zeros(K), "expected_buckets": jnp.zeros(K),
             "loglik": jnp.zeros(())}
@@ -66,8 +73,8 @@ def _sweep(spec, key, log_theta, log_dist, data, draw: bool, track=None):
 
         def body(acc, xs):
             b, k = xs
-            out = al.batch_step(spec, k, log_theta, log_dist, b, C, draw)
-            acc = {name: acc[name] + out[name] for name in acc if name in out}
+            out = al.batch_step(spec, k, log_theta, log_dist, b, C, mode)
+            acc = {name: acc[name] + out[name] if name in out else acc[name] for name in acc}
             return acc, (out["probs"], out.get("align", jnp.zeros(b["tgt"].shape, jnp.int32)))
 
         part, (p, a) = jax.lax.scan(body, {k: v for k, v in zero.items()}, (cls, keys))
@@ -79,33 +86,36 @@ def _sweep(spec, key, log_theta, log_dist, data, draw: bool, track=None):
 
 
 class ConjugateGibbs(MCMCKernel):
-    """Blocked Gibbs for an aligner (module docstring). ``corpus``: :func:`device_corpus`;
-    ``track``: per class, flat indices of the target words whose draws are recorded."""
+    """Blocked Gibbs for an aligner (module docstring). ``sizes``: the corpus's sizes
+    (:func:`device_corpus`); its arrays and the ``track`` indices (per class, flat indices of
+    the target words whose draws are recorded) are the model arguments of ``MCMC.run(key,
+    arrays, track)``."""
 
     sample_field = "z"
 
-    def __init__(self, spec: al.AlignerSpec, corpus: dict, track=None):
-        self.spec, self.corpus = spec, corpus
-        self.track = track or [jnp.zeros((0,), jnp.int32) for _ in corpus["classes"]]
+    def __init__(self, spec: al.AlignerSpec, sizes: dict):
+        self.spec, self.sizes = spec, sizes
         self._num_warmup = 0
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        data, track = model_args
         self._num_warmup = num_warmup
-        log_theta, log_dist = al.uniform_tables(self.spec, self.corpus)
-        marg = tuple(jnp.zeros(c["cell"].shape, jnp.float32) for c in self.corpus["classes"])
+        log_theta, log_dist = al.uniform_tables(self.spec, {**self.sizes, **data})
+        marg = tuple(jnp.zeros(c["cell"].shape, jnp.float32) for c in data["classes"])
         z = {"loglik": jnp.zeros(()), "log_dist": log_dist,
-             "track": jnp.zeros((sum(int(t.shape[0]) for t in self.track),), jnp.int32)}
+             "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
         return GibbsState(jnp.zeros((), jnp.int32), rng_key, log_theta, log_dist, marg, z)
 
     def sample(self, state, model_args, model_kwargs):
-        spec, data = self.spec, self.corpus
+        data, track = model_args
+        spec, sizes = self.spec, self.sizes
         key, k_sweep, k_theta, k_dist = jax.random.split(state.key, 4)
-        total, probs, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, data,
-                                       True, self.track)
+        total, probs, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, sizes,
+                                       data, "draw", track)
         keep = (state.i >= self._num_warmup).astype(jnp.float32)
         marg = tuple(m + keep * p for m, p in zip(state.marg, probs))
         log_theta = al.sample_translation(k_theta, spec, total["drawn_cells"], data["cell_src"],
-                                          data["n_src"], data["n_tgt"])
+                                          sizes["n_src"], sizes["n_tgt"])
         log_dist = al.sample_buckets(k_dist, spec, total["drawn_buckets"])
         z = {"loglik": total["loglik"], "log_dist": state.log_dist, "track": tracked}
         return GibbsState(state.i + 1, key, log_theta, log_dist, marg, z)
@@ -135,15 +145,15 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
                         ("thinning", thinning, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise UserError(f"--{name} must be an int ≥ {lo}, got {v!r}")
-    data = device_corpus(corpus)
+    sizes, data = device_corpus(corpus)
     idx = _track_indices(corpus, track, seed)
-    kernel = ConjugateGibbs(spec, data, idx)
+    kernel = ConjugateGibbs(spec, sizes)
     marg, traces = None, {"loglik": [], "track": [], "log_dist": []}
     t0 = time.perf_counter()
     for c in range(chains):
         mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=1,
-                    thinning=thinning, progress_bar=progress, jit_model_args=False)
-        mcmc.run(jax.random.PRNGKey(seed * 1000 + c))
+                    thinning=thinning, progress_bar=progress, jit_model_args=True)
+        mcmc.run(jax.random.PRNGKey(seed * 1000 + c), data, idx)
         z = mcmc.get_samples()
         for k in traces:
             traces[k].append(np.asarray(z[k]))
@@ -185,18 +195,16 @@ def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6
     ``marginals`` (per class, under the last q), ``elbo`` per sweep, the expected counts."""
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise UserError(f"--iterations must be an int ≥ 1, got {iterations!r}")
-    data = device_corpus(corpus)
-    C, K = data["n_cells"], spec.n_buckets
-    counts_c, counts_b = jnp.zeros(C), jnp.zeros(K)
+    sizes, data = device_corpus(corpus)
+    counts_c, counts_b = jnp.zeros(sizes["n_cells"]), jnp.zeros(spec.n_buckets)
 
     @jax.jit
-    def e_step(counts_c, counts_b):
-        lt = al.expected_log_translation(spec, counts_c, data["cell_src"], data["n_src"],
-                                         data["n_tgt"])
+    def e_step(counts_c, counts_b, data):
+        lt = _translation(al.expected_log_translation, spec, counts_c, sizes, data)
         ld = al.expected_log_buckets(spec, counts_b)
-        total, probs, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, data, False)
-        kl = al.translation_kl(spec, counts_c, data["cell_src"], data["n_src"],
-                               data["n_tgt"]) + al.bucket_kl(spec, counts_b)
+        total, probs, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, sizes, data, "expect")
+        kl = _translation(al.translation_kl, spec, counts_c, sizes, data) + \
+            al.bucket_kl(spec, counts_b)
         return total, probs, total["loglik"] - kl
 
     elbo, probs = [], None
@@ -204,7 +212,7 @@ def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6
     bar = progress_bar(range(iterations), desc=f"vb {spec.model}", unit="sweep",
                        disable=not progress)
     for _ in bar:
-        total, probs, value = e_step(counts_c, counts_b)
+        total, probs, value = e_step(counts_c, counts_b, data)
         elbo.append(float(value))
         bar.set_postfix(elbo=f"{elbo[-1]:.1f}")
         counts_c, counts_b = total["expected_cells"], total["expected_buckets"]
@@ -223,52 +231,49 @@ def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
     marginals. ``elbo``: the full ELBO after each epoch."""
     if not 0.5 < kappa <= 1:
         raise UserError(f"--kappa must be in (0.5, 1] (Robbins–Monro), got {kappa}")
-    data = device_corpus(corpus)
-    C, K = data["n_cells"], spec.n_buckets
-    sizes = [int(c["tgt_mask"].sum()) for c in data["classes"]]
-    words = sum(sizes)
-    lam_c, lam_b = jnp.zeros(C), jnp.zeros(K)
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise UserError(f"--epochs must be an int ≥ 1, got {epochs!r}")
+    sizes, data = device_corpus(corpus)
+    words = float(sum(int(c.tgt_mask.sum()) for c in corpus.classes))
+    lam_c, lam_b = jnp.zeros(sizes["n_cells"]), jnp.zeros(spec.n_buckets)
 
-    def batch_counts(cls_i, n, lam_c, lam_b):
-        cls = data["classes"][cls_i]
-        b = {k: v[n] for k, v in cls.items()}
-        lt = al.expected_log_translation(spec, lam_c, data["cell_src"], data["n_src"],
-                                         data["n_tgt"])
-        ld = al.expected_log_buckets(spec, lam_b)
-        out = al.batch_step(spec, jax.random.PRNGKey(0), lt, ld, b, C, False)
+    def step(b, cell_src, lam_c, lam_b, rho):
+        arrays = {"cell_src": cell_src}
+        lt = _translation(al.expected_log_translation, spec, lam_c, sizes, arrays)
+        out = al.batch_step(spec, jax.random.PRNGKey(0), lt,
+                            al.expected_log_buckets(spec, lam_b), b, sizes["n_cells"],
+                            "expect")
         scale = words / jnp.maximum(b["tgt_mask"].sum(), 1)
-        return scale * out["expected_cells"], scale * out["expected_buckets"]
+        return ((1 - rho) * lam_c + rho * scale * out["expected_cells"],
+                (1 - rho) * lam_b + rho * scale * out.get("expected_buckets", lam_b * 0))
 
-    step_fns = {}
+    step = jax.jit(step)
+    elbo_fn = jax.jit(lambda c, b, d: _elbo(spec, sizes, d, c, b))
     rng = np.random.default_rng(seed)
-    order = [(ci, n) for ci, c in enumerate(data["classes"]) for n in range(c["src"].shape[0])]
+    order = [(ci, n) for ci, c in enumerate(corpus.classes) for n in range(c.shape[0])]
     t, elbo = 0, []
     t0 = time.perf_counter()
     for _ in progress_bar(range(epochs), desc=f"svb {spec.model}", unit="epoch",
                           disable=not progress):
         for ci, n in (order[k] for k in rng.permutation(len(order))):
-            fn = step_fns.setdefault(ci, jax.jit(
-                lambda n, lc, lb, ci=ci: batch_counts(ci, n, lc, lb)))
-            nc, nb = fn(n, lam_c, lam_b)
-            rho = (tau + t) ** -kappa
-            lam_c, lam_b = (1 - rho) * lam_c + rho * nc, (1 - rho) * lam_b + rho * nb
+            b = {k: v[n] for k, v in data["classes"][ci].items()}
+            lam_c, lam_b = step(b, data["cell_src"], lam_c, lam_b, (tau + t) ** -kappa)
             t += 1
-        elbo.append(float(_elbo(spec, data, lam_c, lam_b)))
-    lt = al.expected_log_translation(spec, lam_c, data["cell_src"], data["n_src"],
-                                     data["n_tgt"])
-    _, probs, _ = jax.jit(lambda a, b: _sweep(spec, jax.random.PRNGKey(0), a, b, data, False))(
-        lt, al.expected_log_buckets(spec, lam_b))
+        elbo.append(float(elbo_fn(lam_c, lam_b, data)))
+    lt = _translation(al.expected_log_translation, spec, lam_c, sizes, data)
+    _, probs, _ = jax.jit(lambda a, b, d: _sweep(spec, jax.random.PRNGKey(0), a, b, sizes, d,
+                                                 "expect"))(
+        lt, al.expected_log_buckets(spec, lam_b), data)
     return {"marginals": [np.asarray(p) for p in probs], "elbo": elbo,
             "seconds": time.perf_counter() - t0}
 
 
-def _elbo(spec, data, counts_c, counts_b):
-    lt = al.expected_log_translation(spec, counts_c, data["cell_src"], data["n_src"],
-                                     data["n_tgt"])
+def _elbo(spec, sizes, data, counts_c, counts_b):
+    lt = _translation(al.expected_log_translation, spec, counts_c, sizes, data)
     ld = al.expected_log_buckets(spec, counts_b)
-    total, _, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, data, False)
-    return total["loglik"] - al.translation_kl(spec, counts_c, data["cell_src"], data["n_src"],
-                                               data["n_tgt"]) - al.bucket_kl(spec, counts_b)
+    total, _, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, sizes, data, "expect")
+    return total["loglik"] - _translation(al.translation_kl, spec, counts_c, sizes, data) - \
+        al.bucket_kl(spec, counts_b)
 
 
 def links_from_marginals(corpus, marginals, threshold: float | None = None) -> list[set]:
