@@ -18,7 +18,7 @@ import contextlib
 import sys
 
 from ..errors import UserError
-from . import analyze, evaluate, sample, sweep, train, twin
+from . import analyze, evaluate, sample, sweep, train, twin, wordalign
 from .options import peek_model
 
 COMMANDS = {
@@ -48,6 +48,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     analyze.add_parsers(sub)
     sample.add_parser(sub)
     twin.add_parser(sub)
+    wordalign.add_parsers(sub)
     sweep.add_parsers(sub, model if command in ("compare", "sweep") else None, command)
     p = sub.add_parser("models", help="the model registry: name, data, reference")
     p.set_defaults(fn=_cmd_models)

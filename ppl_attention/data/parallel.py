@@ -83,16 +83,20 @@ def parse_gold_line(line: str, where: str) -> tuple[Links, Links]:
     return sure, possible | sure
 
 
-def read_gold(path: str | os.PathLike, pairs: list[Pair]) -> tuple[list[Links], list[Links]]:
+def read_gold(path: str | os.PathLike, pairs: list[Pair], prefix: bool = False
+              ) -> tuple[list[Links], list[Links]]:
     """Sure and possible links of each pair of ``pairs`` from a Pharaoh file: one line per
-    pair, every index inside its sentence — else a :class:`DataError` naming file and line."""
+    pair (``prefix``: of the first pairs — the gold of the test sentences put first in a
+    larger corpus, as aligners are evaluated), every index inside its sentence — else a
+    :class:`DataError` naming file and line."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such alignment file")
     lines = _lines(read_utf8(path))
-    if len(lines) != len(pairs):
+    if len(lines) > len(pairs) or (len(lines) != len(pairs) and not prefix) or not lines:
         raise DataError(f"{path}: {len(lines)} alignment lines but the corpus has {len(pairs)} "
-                        f"pairs")
+                        f"pairs" + (" (at most one line per pair, at least one)" if prefix
+                                    else ""))
     sure, possible = [], []
     for n, (line, (src, tgt)) in enumerate(zip(lines, pairs), 1):
         s, p = parse_gold_line(line, f"{path}:{n}")

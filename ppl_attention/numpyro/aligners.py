@@ -38,7 +38,8 @@ from jax.scipy.special import digamma, gammaln
 
 from ..errors import UserError
 
-__all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_translation", "expected_log_translation",
+__all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_translation",
+           "expected_log_translation",
            "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
            "batch_step", "uniform_tables"]
 

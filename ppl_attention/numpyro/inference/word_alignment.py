@@ -147,22 +147,18 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
             raise UserError(f"--{name} must be an int ≥ {lo}, got {v!r}")
     sizes, data = device_corpus(corpus)
     idx = _track_indices(corpus, track, seed)
-    kernel = ConjugateGibbs(spec, sizes)
-    marg, traces = None, {"loglik": [], "track": [], "log_dist": []}
     t0 = time.perf_counter()
-    for c in range(chains):
-        mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=1,
-                    thinning=thinning, progress_bar=progress, jit_model_args=True)
-        mcmc.run(jax.random.PRNGKey(seed * 1000 + c), data, idx)
-        z = mcmc.get_samples()
-        for k in traces:
-            traces[k].append(np.asarray(z[k]))
-        # each kept transition added its conditional posterior: average over them
-        m = [np.asarray(x) / samples / thinning for x in mcmc.last_state.marg]
-        marg = m if marg is None else [a + b for a, b in zip(marg, m)]
-    marg = [m / chains for m in marg]
-    return {"marginals": marg, "traces": {k: np.stack(v) for k, v in traces.items()},
-            "seconds": time.perf_counter() - t0, "track_indices": [np.asarray(i) for i in idx]}
+    mcmc = MCMC(ConjugateGibbs(spec, sizes), num_warmup=warmup, num_samples=samples,
+                num_chains=chains, chain_method="sequential", thinning=thinning,
+                progress_bar=progress, jit_model_args=True)
+    mcmc.run(jax.random.PRNGKey(seed), data, idx)
+    z = mcmc.get_samples(group_by_chain=True)
+    kept = samples * thinning  # transitions after warm-up, each adding its conditional
+    marg = [np.asarray(m).reshape(chains, *m.shape[-4:]).mean(0) / kept
+            for m in mcmc.last_state.marg]
+    return {"marginals": marg, "traces": {k: np.asarray(v) for k, v in z.items()},
+            "seconds": time.perf_counter() - t0, "track_indices": [np.asarray(i) for i in idx],
+            "mcmc": mcmc}
 
 
 def link_rhat(track: np.ndarray) -> dict:

@@ -1,0 +1,256 @@
+"""``ppl-attention wordalign`` and ``symmetrize``: word alignment of plain parallel text as
+eflomal-align and fast_align do it — ``source ||| target`` lines in, Pharaoh links out — by
+the Bayesian aligners of :mod:`ppl_attention.numpyro.aligners` and their samplers
+(:mod:`ppl_attention.numpyro.inference.word_alignment`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+
+METHODS = {"gibbs": "blocked Gibbs sampling (NumPyro MCMC with a conjugate kernel)",
+           "vb": "mean-field variational Bayes, closed-form coordinate ascent",
+           "svb": "stochastic variational Bayes over minibatches"}
+#: the options each method takes (any other given is refused)
+METHOD_OPTIONS = {"gibbs": ("chains", "burn_in", "samples", "thin", "track"),
+                  "vb": ("iterations", "tol"),
+                  "svb": ("epochs", "tau", "kappa")}
+DEFAULTS = {"chains": 2, "burn_in": 50, "samples": 50, "thin": 1, "track": 1000,
+            "iterations": 30, "tol": 1e-5, "epochs": 5, "tau": 1.0, "kappa": 0.7}
+
+
+def add_parsers(sub) -> None:
+    from ..symmetrize import HEURISTICS
+
+    p = sub.add_parser("wordalign", help="align plain parallel text (source ||| target), "
+                       "write Pharaoh links", description=__doc__.splitlines()[0])
+    p.add_argument("-i", "--input", required=True, help="parallel text, 'source ||| target' "
+                   "per line (UTF-8, space-separated tokens)")
+    p.add_argument("--model", default="hmm", choices=("ibm1", "ibm2", "hmm"))
+    p.add_argument("--method", default="gibbs", choices=list(METHODS))
+    p.add_argument("-f", "--forward", help="write the forward links (each target word to a "
+                   "source word or none) here")
+    p.add_argument("-r", "--reverse", help="write the reverse links (the corpus aligned the "
+                   "other way, as source-target) here")
+    p.add_argument("--symmetrize", choices=HEURISTICS, help="also symmetrize forward and "
+                   "reverse (both directions are aligned) and write them to --output")
+    p.add_argument("-o", "--output", help="the symmetrized links (default: standard output)")
+    p.add_argument("--gold", help="Pharaoh gold links (i-j sure, i?j possible) of the input's "
+                   "first lines — all of them, or the test sentences put first in a larger "
+                   "corpus: report AER, precision and recall of those lines on stderr")
+    p.add_argument("--out", help="a run directory: the link posteriors, traces and report "
+                   "(report.json, posterior.nc)")
+    p.add_argument("--alpha", type=float, default=0.01, help="translation Dirichlet "
+                   "concentration per target word")
+    p.add_argument("--gamma", type=float, default=1.0, help="distortion / jump Dirichlet "
+                   "concentration")
+    p.add_argument("--max-jump", type=int, default=8, help="jumps and displacements clipped to "
+                   "[-D, D]")
+    p.add_argument("--threshold", type=float, help="links where the posterior marginal reaches "
+                   "this (default: each target word's most probable position, none if NULL)")
+    for name, text in (("chains", "gibbs: chains, run one after another"),
+                       ("burn_in", "gibbs: sweeps discarded first (NumPyro's warm-up)"),
+                       ("samples", "gibbs: sweeps kept per chain"),
+                       ("thin", "gibbs: keep every N-th sweep"),
+                       ("track", "gibbs: target words whose draws give R-hat and ESS"),
+                       ("iterations", "vb: most sweeps"), ("epochs", "svb: passes")):
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, help=text +
+                       f" (default {DEFAULTS[name]})")
+    for name, text in (("tol", "vb: stop when the ELBO's relative change is below this"),
+                       ("tau", "svb: step delay τ"), ("kappa", "svb: step decay κ ∈ (0.5, 1]")):
+        p.add_argument(f"--{name}", type=float, help=text + f" (default {DEFAULTS[name]})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=1024, help="sentence pairs per batch")
+    p.set_defaults(fn=cmd_wordalign)
+
+    s = sub.add_parser("symmetrize", help="symmetrize forward and reverse Pharaoh links")
+    s.add_argument("forward")
+    s.add_argument("reverse")
+    s.add_argument("--heuristic", default="grow-diag-final-and", choices=HEURISTICS)
+    s.add_argument("-o", "--output", help="default: standard output")
+    s.set_defaults(fn=cmd_symmetrize)
+
+
+def _method_options(args) -> dict:
+    given = {k for k in DEFAULTS if getattr(args, k) is not None}
+    wrong = sorted(given - set(METHOD_OPTIONS[args.method]))
+    if wrong:
+        takes = ", ".join("--" + o.replace("_", "-") for o in METHOD_OPTIONS[args.method])
+        raise UserError(f"--{wrong[0].replace('_', '-')} does not apply to --method "
+                        f"{args.method} (it takes {takes})")
+    return {k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS[k]
+            for k in METHOD_OPTIONS[args.method]}
+
+
+def _writable(path, what):
+    if path is None:
+        return None
+    path = Path(path)
+    if not path.parent.exists():
+        raise UserError(f"{what} {path}: folder {path.parent} does not exist")
+    if path.is_dir():
+        raise UserError(f"{what} {path}: is a folder")
+    return path
+
+
+def check_wordalign(args):
+    """Everything that can be refused before any work: the options, the input (named by
+    line), the gold, the output paths. Returns (pairs, gold or None, options)."""
+    from ..data.parallel import read_gold, read_parallel
+    from ..numpyro.aligners import aligner
+
+    opts = _method_options(args)
+    aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        raise UserError(f"--threshold must be in (0, 1], got {args.threshold}")
+    if args.output and not args.symmetrize:
+        raise UserError("--output writes the symmetrized links: give --symmetrize too")
+    if not (args.forward or args.reverse or args.symmetrize or args.gold or args.out):
+        raise UserError("nothing to write: give -f, -r, --symmetrize, --gold or --out")
+    for path, what in ((args.forward, "-f"), (args.reverse, "-r"), (args.output, "-o")):
+        _writable(path, what)
+    if args.out and Path(args.out).exists() and any(Path(args.out).iterdir()):
+        raise UserError(f"--out {args.out}: exists and is not empty")
+    pairs = read_parallel(args.input)
+    gold = read_gold(args.gold, pairs, prefix=True) if args.gold else None
+    return pairs, gold, opts
+
+
+def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
+    from ..data.indexed import index_pairs
+    from ..numpyro.inference import word_alignment as wa
+
+    corpus, _, _ = index_pairs(pairs, batch=batch_size)
+    print(f"[wordalign] {desc}: {corpus.n_pairs} pairs, {corpus.n_cells} word pairs "
+          f"co-occurring, {len(corpus.classes)} shape classes", file=sys.stderr)
+    if method == "gibbs":
+        res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["burn_in"],
+                           samples=opts["samples"], thinning=opts["thin"], seed=seed,
+                           track=opts["track"])
+        res["diagnostics"] = wa.link_rhat(res["traces"]["track"]) if opts["chains"] > 1 \
+            else None
+    elif method == "vb":
+        res = wa.run_vb(spec, corpus, iterations=opts["iterations"], tol=opts["tol"])
+    else:
+        res = wa.run_svb(spec, corpus, epochs=opts["epochs"], tau=opts["tau"],
+                         kappa=opts["kappa"], seed=seed)
+    res["links"] = wa.links_from_marginals(corpus, res["marginals"], threshold)
+    res["corpus"] = corpus
+    return res
+
+
+def _scores(links, gold) -> dict:
+    from ..metrics import aer
+
+    sure, possible = gold
+    links = links[:len(sure)]
+    a_s = sum(len(a & s) for a, s in zip(links, sure))
+    a_p = sum(len(a & p) for a, p in zip(links, possible))
+    n_a, n_s = sum(map(len, links)), sum(map(len, sure))
+    return {"aer": aer(links, sure, possible), "precision": a_p / n_a if n_a else 0.0,
+            "recall": a_s / n_s if n_s else 0.0}
+
+
+def cmd_wordalign(args) -> int:
+    from ..data.pharaoh import format_pharaoh, write_pharaoh
+    from ..numpyro.aligners import aligner
+    from ..symmetrize import symmetrize_corpus
+
+    pairs, gold, opts = check_wordalign(args)
+    spec = aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
+    both = bool(args.reverse or args.symmetrize)
+    fwd = _align(spec, args.method, opts, pairs, args.batch_size, args.seed, args.threshold,
+                 "forward")
+    report = {"model": args.model, "method": args.method, "options": opts,
+              "n_pairs": len(pairs), "forward_seconds": fwd["seconds"]}
+    results = {"forward": fwd["links"]}
+    if both:
+        rev = _align(spec, args.method, opts, [(t, s) for s, t in pairs], args.batch_size,
+                     args.seed + 1, args.threshold, "reverse")
+        results["reverse"] = [{(i, j) for j, i in links} for links in rev["links"]]
+        report["reverse_seconds"] = rev["seconds"]
+    if args.symmetrize:
+        results[args.symmetrize] = symmetrize_corpus(results["forward"], results["reverse"],
+                                                     args.symmetrize)
+    if args.forward:
+        write_pharaoh(args.forward, results["forward"])
+    if args.reverse:
+        write_pharaoh(args.reverse, results["reverse"])
+    if args.symmetrize:
+        text = "".join(format_pharaoh(a) + "\n" for a in results[args.symmetrize])
+        if args.output:
+            from ..data.corpus import atomic_write_text
+
+            atomic_write_text(args.output, text)
+        else:
+            sys.stdout.write(text)
+    for name, res in (("forward", fwd),) + ((("reverse", rev),) if both else ()):
+        if res.get("diagnostics"):
+            report[f"{name}_links_rhat_max"] = res["diagnostics"]["rhat_max"]
+            report[f"{name}_links_ess_bulk_min"] = res["diagnostics"]["ess_bulk_min"]
+        if res.get("elbo"):
+            report[f"{name}_elbo"] = res["elbo"]
+    if gold is not None:
+        report["scores"] = {name: _scores(links, gold) for name, links in results.items()}
+        for name, sc in report["scores"].items():
+            print(f"[wordalign] {name}: AER {sc['aer']:.4f}, precision {sc['precision']:.4f}, "
+                  f"recall {sc['recall']:.4f}", file=sys.stderr)
+    if args.out:
+        _save_run(Path(args.out), report, fwd, rev if both else None)
+    print(json.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),
+          file=sys.stderr)
+    return 0
+
+
+def _save_run(out: Path, report, fwd, rev) -> None:
+    """The run directory: report.json and posterior.nc (ArviZ: the Gibbs traces — corpus
+    log-likelihood, bucket weights, the tracked words' draws — per direction, and each
+    direction's link marginals of the tracked words)."""
+    import numpy as np
+
+    from .. import arviz_api
+    from ..data.corpus import atomic_write_text, write_directory_atomically
+
+    def fill(tmp: Path) -> None:
+        atomic_write_text(tmp / "report.json", json.dumps(report, indent=1) + "\n")
+        groups = {}
+        for name, res in (("forward", fwd), ("reverse", rev)):
+            if res is None:
+                continue
+            if "traces" in res:
+                t = res["traces"]
+                groups[name] = {"loglik": t["loglik"], "link_draw": t["track"].astype(np.int32)}
+                if t["log_dist"].shape[-1]:
+                    groups[name]["buckets"] = np.exp(t["log_dist"])
+            else:
+                groups[name] = {"elbo": np.asarray(res["elbo"])[None]}
+        first = next(iter(groups))
+        idata = arviz_api.from_dict(posterior={f"{k}": v for k, v in groups[first].items()})
+        for name, g in groups.items():
+            if name != first:
+                idata.add_groups({f"posterior_{name}": arviz_api.from_dict(
+                    posterior=g).posterior}, warn_on_custom_groups=False)
+        idata.to_netcdf(str(tmp / "posterior.nc"))
+
+    write_directory_atomically(out, fill)
+
+
+def cmd_symmetrize(args) -> int:
+    from ..data.corpus import DataError, atomic_write_text
+    from ..data.pharaoh import format_pharaoh, read_pharaoh
+    from ..symmetrize import symmetrize_corpus
+
+    fwd, rev = read_pharaoh(args.forward), read_pharaoh(args.reverse)
+    if len(fwd) != len(rev):
+        raise DataError(f"{args.forward}: {len(fwd)} lines but {args.reverse}: {len(rev)}")
+    text = "".join(format_pharaoh(a) + "\n" for a in symmetrize_corpus(fwd, rev, args.heuristic))
+    if args.output:
+        atomic_write_text(_writable(args.output, "-o"), text)
+    else:
+        sys.stdout.write(text)
+    return 0
