@@ -22,7 +22,7 @@ __all__ = ["DECLARATIONS", "CAPABILITIES", "BACKENDS_OF_MODELS", "declared", "mo
 #: a declaration → its default (docs/architecture.md, "Declarations")
 DECLARATIONS = dict(data="pairs", posteriors=POSTERIORS, families=None, site="align",
                     max_plate_nesting=2, training_defaults={}, numpyro_twin=None, latents=(),
-                    latent_guide=False, backend="pyro", twin_parameters={})
+                    latent_guide=False, backend="pyro", twin_parameters={}, conjugate=False)
 
 #: the backends a model class may be written for (its ``backend`` declaration)
 BACKENDS_OF_MODELS = ("pyro", "numpyro")

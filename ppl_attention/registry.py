@@ -18,6 +18,10 @@ name               class                     data        reference
                    (NumPyro)                             it
 ``bayesian-hmm``   ``BayesianHMMAligner``    pairs       NUTS (4 chains); SVI autoguides against
                    (NumPyro)                             it
+``word-ibm1``      ``IBM1WordAligner``       pairs       NUTS (4 chains); Gibbs, VB and SVI
+``word-ibm2``      ``IBM2WordAligner``                   autoguides against it (the word
+``word-hmm``       ``HMMWordAligner``                    aligners with NULL, on the density
+                   (NumPyro)                             ``ppl-attention wordalign`` samples)
 =================  ========================  ==========  ==========================================
 """
 
@@ -78,6 +82,15 @@ MODELS: dict[str, ModelEntry] = {e.name: e for e in [
                "HMM aligner with a Dirichlet jump distribution and translation rows; the "
                "monotonic chain summed out (NumPyro)", "pairs", "NUTS, 4 chains × 1000 draws; "
                "SVI autoguides against it", "copy", "nuts"),
+    *[ModelEntry(f"word-{m}", f"ppl_attention.numpyro.models.word_aligners:{cls}",
+                 f"{what} with a NULL word, Dirichlet tables (NumPyro; the model "
+                 f"`ppl-attention wordalign --model {m}` runs at corpus scale)", "pairs",
+                 "NUTS, 4 chains × 1000 draws; Gibbs, VB and SVI autoguides against it",
+                 "reorder", "gibbs")
+      for m, cls, what in (("ibm1", "IBM1WordAligner", "Bayesian IBM Model 1"),
+                           ("ibm2", "IBM2WordAligner", "Bayesian IBM Model 2 (distortion "
+                            "buckets)"),
+                           ("hmm", "HMMWordAligner", "HMM aligner (jumps in both directions)"))],
 ]}
 
 

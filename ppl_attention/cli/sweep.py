@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import sweep
 from ..contract import check_method, global_latents
-from ..core.global_methods import GLOBAL_METHODS
+from ..core.global_methods import global_methods_for
 from ..core.methods import METHOD_SPECS
 from ..core.progress import progress_bar
 from ..errors import UserError
@@ -27,7 +27,7 @@ def supported_methods(cls) -> list[str]:
     """The registry's methods this model class can be trained by (a model with global latents:
     the methods for them)."""
     if global_latents(cls):
-        return list(GLOBAL_METHODS)
+        return global_methods_for(cls)
     out = []
     for name, spec in METHOD_SPECS.items():
         try:

@@ -112,10 +112,24 @@ def check_wordalign(args):
         raise UserError("--output writes the symmetrized links: give --symmetrize too")
     if not (args.forward or args.reverse or args.symmetrize or args.gold or args.out):
         raise UserError("nothing to write: give -f, -r, --symmetrize, --gold or --out")
-    for path, what in ((args.forward, "-f"), (args.reverse, "-r"), (args.output, "-o")):
-        _writable(path, what)
-    if args.out and Path(args.out).exists() and any(Path(args.out).iterdir()):
-        raise UserError(f"--out {args.out}: exists and is not empty")
+    written = {}
+    for path, what in ((args.forward, "-f"), (args.reverse, "-r"), (args.output, "-o"),
+                       (args.out, "--out")):
+        if path is None:
+            continue
+        key = Path(path).expanduser().resolve()
+        if key == Path(args.input).expanduser().resolve():
+            raise UserError(f"{what} {path}: is the input -i")
+        if key in written:
+            raise UserError(f"{what} {path}: also given to {written[key]}")
+        written[key] = what
+        if what != "--out":
+            _writable(path, what)
+    if args.out and Path(args.out).exists():
+        if not Path(args.out).is_dir():
+            raise UserError(f"--out {args.out}: exists and is not a folder")
+        if any(Path(args.out).iterdir()):
+            raise UserError(f"--out {args.out}: exists and is not empty")
     pairs = read_parallel(args.input)
     gold = read_gold(args.gold, pairs, prefix=True) if args.gold else None
     return pairs, gold, opts
@@ -208,9 +222,10 @@ def cmd_wordalign(args) -> int:
 
 
 def _save_run(out: Path, report, fwd, rev) -> None:
-    """The run directory: report.json and posterior.nc (ArviZ: the Gibbs traces — corpus
-    log-likelihood, bucket weights, the tracked words' draws — per direction, and each
-    direction's link marginals of the tracked words)."""
+    """The run directory: report.json and posterior.nc (ArviZ: per direction — ``posterior``
+    forward, ``posterior_reverse`` — the Gibbs traces: the corpus log-likelihood, the bucket
+    weights and the tracked target words' drawn positions ``link_draw``; for VB the ELBO per
+    sweep)."""
     import numpy as np
 
     from .. import arviz_api

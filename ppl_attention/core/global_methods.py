@@ -6,7 +6,12 @@ exactly by enumeration inside the model, and the *globals* are inferred —
   reference posterior every other method is compared against;
 - ``svi-normal``, ``svi-lowrank``, ``svi-delta``: stochastic variational inference with an
   autoguide over the globals (``AutoNormal``: mean-field Gaussian in the unconstrained space;
-  ``AutoLowRankMultivariateNormal``; ``AutoDelta``: MAP), ``TraceEnum_ELBO``.
+  ``AutoLowRankMultivariateNormal``; ``AutoDelta``: MAP), ``TraceEnum_ELBO``;
+- ``gibbs``, ``vb``: for a model that declares ``conjugate`` (the word aligners, whose tables
+  are Dirichlet given the alignments): blocked Gibbs sampling — every alignment drawn given the
+  tables, then the tables from their Dirichlet posteriors — with NumPyro's ``MCMC``, and
+  mean-field variational Bayes by closed-form coordinate ascent (its posterior draws from
+  q(tables)).
 
 Both backends' registries of alignment methods (:mod:`.methods`) stay apart from these: a
 model declares global latents to take them, and they run under NumPyro (its MCMC and
@@ -20,13 +25,16 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 
-__all__ = ["GlobalMethodSpec", "GLOBAL_METHODS", "global_method", "is_global_method"]
+__all__ = ["GlobalMethodSpec", "GLOBAL_METHODS", "global_method", "is_global_method",
+           "global_methods_for"]
 
 
 @dataclass(frozen=True)
 class GlobalMethodSpec:
-    """``kind``: ``"mcmc"`` (``kernel`` NUTS or HMC; ``warmup``, ``samples`` per chain,
-    ``chains``) or ``"svi"`` (``autoguide``; ``samples`` drawn from the fitted guide)."""
+    """``kind``: ``"mcmc"`` (``kernel`` NUTS, HMC or Gibbs; ``warmup``, ``samples`` per
+    chain, ``chains``), ``"svi"`` (``autoguide``; ``samples`` drawn from the fitted guide) or
+    ``"vb"`` (``warmup``: the most coordinate-ascent sweeps; ``samples`` drawn from q);
+    ``requires``: a declaration the model must make (``conjugate`` for Gibbs and VB)."""
 
     name: str
     description: str
@@ -36,6 +44,7 @@ class GlobalMethodSpec:
     warmup: int = 500
     samples: int = 1000
     chains: int = 4
+    requires: str | None = None
 
 
 GLOBAL_METHODS: dict[str, GlobalMethodSpec] = {m.name: m for m in [
@@ -49,6 +58,12 @@ GLOBAL_METHODS: dict[str, GlobalMethodSpec] = {m.name: m for m in [
                      "svi", autoguide="AutoLowRankMultivariateNormal"),
     GlobalMethodSpec("svi-delta", "SVI, AutoDelta (MAP) over the globals", "svi",
                      autoguide="AutoDelta"),
+    GlobalMethodSpec("gibbs", "blocked Gibbs: all alignments given the tables, the tables "
+                     "from their Dirichlet posteriors (conjugate aligners)", "mcmc",
+                     kernel="Gibbs", warmup=200, samples=1000, requires="conjugate"),
+    GlobalMethodSpec("vb", "mean-field variational Bayes, closed-form coordinate ascent "
+                     "(conjugate aligners)", "vb", warmup=200, samples=1000, chains=1,
+                     requires="conjugate"),
 ]}
 
 
@@ -62,3 +77,10 @@ def global_method(name: str) -> GlobalMethodSpec:
     except KeyError:
         raise UserError(f"unknown method {name!r} for global latents; valid: "
                         f"{', '.join(GLOBAL_METHODS)}") from None
+
+
+def global_methods_for(model_or_cls) -> list[str]:
+    """The methods for global latents a model can take: all but those requiring a declaration
+    it does not make (a declaration not made is False)."""
+    return [name for name, m in GLOBAL_METHODS.items()
+            if m.requires is None or getattr(model_or_cls, m.requires, False)]

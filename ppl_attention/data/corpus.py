@@ -15,15 +15,17 @@ __all__ = ["Pair", "DataError", "read_tsv", "read_sequences", "read_utf8", "writ
 Pair = tuple[list[str], list[str]]
 
 
-def read_utf8(path: Path) -> str:
+def read_utf8(path: Path, newline_only: bool = False) -> str:
     """The text of ``path``; a byte that is not UTF-8 is a :class:`DataError` naming file, line
-    and column: ``file:LINE: not UTF-8 (byte 0x.. at column C)`` (C counts characters)."""
+    and column: ``file:LINE: not UTF-8 (byte 0x.. at column C)`` (C counts characters). Lines
+    are counted as the caller's reader counts them: ``str.splitlines``, or (``newline_only``)
+    split at ``\n`` alone."""
     raw = path.read_bytes()
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        # lines as the readers count them (str.splitlines); "?" stands in for the bad byte
-        lines = (raw[:e.start].decode("utf-8") + "?").splitlines()
+        head = raw[:e.start].decode("utf-8") + "?"  # "?" stands in for the bad byte
+        lines = head.split("\n") if newline_only else head.splitlines()
         raise DataError(f"{path}:{len(lines)}: not UTF-8 (byte 0x{raw[e.start]:02x} at column "
                         f"{len(lines[-1])})") from None
 

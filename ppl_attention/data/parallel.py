@@ -10,6 +10,7 @@ line separator inside a sentence is a character of it), a final newline ending t
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .corpus import DataError, Pair, atomic_write_text, read_utf8
@@ -19,6 +20,7 @@ __all__ = ["SEPARATOR", "read_parallel", "parse_parallel", "format_parallel", "w
            "read_gold", "parse_gold_line", "format_gold"]
 
 SEPARATOR = "|||"
+_INDEX = re.compile(r"[0-9]+")
 
 
 def _lines(text: str) -> list[str]:
@@ -56,7 +58,7 @@ def read_parallel(path: str | os.PathLike) -> list[Pair]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such parallel text file")
-    return parse_parallel(read_utf8(path), str(path))
+    return parse_parallel(read_utf8(path, newline_only=True), str(path))
 
 
 def format_parallel(pairs: list[Pair]) -> str:
@@ -75,7 +77,7 @@ def parse_gold_line(line: str, where: str) -> tuple[Links, Links]:
     for item in line.split():
         sep = "-" if "-" in item else "?"
         parts = item.split(sep)
-        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        if len(parts) != 2 or not all(_INDEX.fullmatch(x) for x in parts):
             raise DataError(f"{where}: malformed link {item!r} (expected i-j, sure, or i?j, "
                             f"possible)")
         link = (int(parts[0]), int(parts[1]))
@@ -92,7 +94,7 @@ def read_gold(path: str | os.PathLike, pairs: list[Pair], prefix: bool = False
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such alignment file")
-    lines = _lines(read_utf8(path))
+    lines = _lines(read_utf8(path, newline_only=True))
     if len(lines) > len(pairs) or (len(lines) != len(pairs) and not prefix) or not lines:
         raise DataError(f"{path}: {len(lines)} alignment lines but the corpus has {len(pairs)} "
                         f"pairs" + (" (at most one line per pair, at least one)" if prefix

@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .corpus import DataError, Pair, atomic_write_text, read_utf8
 
 Links = set[tuple[int, int]]
+_INDEX = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit also takes "²", which int() refuses
 
 
 def parse_pharaoh_line(line: str, where: str) -> Links:
     links: Links = set()
     for item in line.split():
         parts = item.split("-")
-        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        if len(parts) != 2 or not all(_INDEX.fullmatch(x) for x in parts):
             raise DataError(f"{where}: malformed alignment pair {item!r} (expected i-j)")
         links.add((int(parts[0]), int(parts[1])))
     return links

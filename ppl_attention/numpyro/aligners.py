@@ -226,7 +226,10 @@ def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     tm = b["tgt_mask"]
     log_z = jax.nn.logsumexp(logits, 1)  # [B, T]
     probs = jnp.exp(logits - log_z[:, None])
-    out = {"probs": probs, "loglik": jnp.where(tm, log_z, 0.0).sum()}
+    token = jnp.where(tm, log_z, 0.0)
+    out = {"probs": probs, "loglik": token.sum(), "token_loglik": token}
+    if mode == "score":
+        return out
     bucket = _displacement_bucket(spec, b) if spec.n_buckets else None
     if mode in ("draw", "both"):
         a = _inverse_cdf(key, probs, 1)  # [B, T]
@@ -286,7 +289,7 @@ def _hmm_forward(spec, log_theta, log_dist, b):
     final, (a_real, a_null, prev, ll, c) = jax.lax.scan(
         step, start, (jnp.moveaxis(E, 2, 0), shift.T, b["tgt_mask"].T))
     return {"a_real": a_real, "a_null": a_null, "prev": prev, "final": final, "c": c,
-            "log_z": ll.sum(0), "W": W, "E": E}
+            "log_z": ll.sum(0), "token_loglik": ll.T, "W": W, "E": E}
 
 
 def _hmm_backward_marginals(spec, fw, b, log_dist):
@@ -361,7 +364,7 @@ def _hmm_sample(spec, key, fw, b, log_dist):
 def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     fw = _hmm_forward(spec, log_theta, log_dist, b)
     tm = b["tgt_mask"]
-    out = {"loglik": fw["log_z"].sum()}
+    out = {"loglik": fw["log_z"].sum(), "token_loglik": fw["token_loglik"]}
     if mode in ("expect", "both"):
         probs, out["expected_buckets"] = _hmm_backward_marginals(spec, fw, b, log_dist)
         out["probs"] = probs
@@ -378,15 +381,17 @@ def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     return out
 
 
-MODES = ("draw", "expect", "both")
+MODES = ("draw", "expect", "both", "score")
 
 
 def batch_step(spec: AlignerSpec, key, log_theta, log_dist, b: dict, n_cells: int,
                mode: str = "both") -> dict:
     """One batch under the current tables: ``loglik`` (log p(f | e, tables), the alignments
-    summed out) and ``probs [B, S1, T]`` — each target word's posterior over NULL and the
-    source positions (``mode`` "expect" or "both"; for the HMM under "draw", the drawn
-    alignment one-hot) —; ``mode`` "expect" / "both": the expected counts ``expected_cells
+    summed out), ``token_loglik [B, T]`` (log p(f_j | f_<j, e, tables), 0 on padding: the
+    scaled forward pass's normalizers for the HMM) and ``probs [B, S1, T]`` — each target
+    word's posterior over NULL and the source positions (``mode`` "expect" or "both"; for the
+    HMM under "draw", the drawn alignment one-hot; "score": the likelihoods alone, and
+    ``probs`` for IBM1/2) —; ``mode`` "expect" / "both": the expected counts ``expected_cells
     [C]``, ``expected_buckets [K]``; "draw" / "both": an alignment drawn from the posterior
     (``align [B, T]``) and its counts ``drawn_cells``, ``drawn_buckets``."""
     if mode not in MODES:

@@ -36,7 +36,7 @@ def prepare(run) -> None:
 def check(model_class, method: str) -> None:
     """Refuse, before any work, a Pyro model without a NumPyro twin, a method NumPyro lacks, a
     method for global latents on a model without them (or the other way round)."""
-    from ...core.global_methods import is_global_method
+    from ...core.global_methods import global_method, global_methods_for, is_global_method
 
     if declared(model_class, "backend") != "numpyro":
         twin_class(model_class)
@@ -46,13 +46,17 @@ def check(model_class, method: str) -> None:
             raise UserError(f"method {method!r} infers global latent variables: it takes a "
                             f"NumPyro model that declares them (`latents`); "
                             f"{model_class.__name__} declares none")
+        needs = global_method(method).requires
+        if needs and not declared(model_class, needs):
+            raise UserError(f"method {method!r} draws the globals by conjugacy: it takes a "
+                            f"model that declares `{needs}` (the word aligners word-ibm1, "
+                            f"word-ibm2, word-hmm); {model_class.__name__} does not — train it "
+                            f"by {', '.join(global_methods_for(model_class))}")
         return
     if latents and declared(model_class, "backend") == "numpyro":
-        from ...core.global_methods import GLOBAL_METHODS
-
         raise UserError(f"{model_class.__name__} declares global latents "
-                        f"({', '.join(latents)}): train it by {', '.join(GLOBAL_METHODS)}, not "
-                        f"{method!r}")
+                        f"({', '.join(latents)}): train it by "
+                        f"{', '.join(global_methods_for(model_class))}, not {method!r}")
     get_method(method)
 
 

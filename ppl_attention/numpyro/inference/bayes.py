@@ -75,6 +75,9 @@ def check_options(method: str, given: dict) -> None:
     if extra:
         flag = "--" + extra[0].replace("_", "-")
         what = ("SVI takes --steps and --lr only" if spec.kind == "svi" else
+                f"{method} runs at most {spec.warmup} coordinate-ascent sweeps and draws "
+                f"{spec.samples} tables from q; it takes no training option"
+                if spec.kind == "vb" else
                 f"{method} draws {spec.chains} chains × {spec.samples} draws after "
                 f"{spec.warmup} warm-up steps and takes no training option")
         raise UserError(f"{flag} does not apply to {method}: {what}")
@@ -91,6 +94,9 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
     if not global_latents(model):
         raise UserError(f"method {method!r} infers global latent variables; "
                         f"{type(model).__name__} declares none (`latents`)")
+    if spec.requires and not declared(model, spec.requires):
+        raise UserError(f"method {method!r} takes a model that declares `{spec.requires}`; "
+                        f"{type(model).__name__} does not")
     check_options(method, {"steps": steps, "lr": lr, **given})
     enable_compilation_cache()
     data = one_batch(train)
@@ -98,7 +104,9 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
     run = Run(model, method, src_vocab, tgt_vocab, dict(config or {}), model_spec=model_spec,
               params={})
     t0 = time.perf_counter()
-    if spec.kind == "mcmc":
+    if spec.requires == "conjugate":
+        samples = _fit_conjugate(model, data, spec, key, run, progress)
+    elif spec.kind == "mcmc":
         kernel = {"NUTS": NUTS, "HMC": HMC}[spec.kernel](_program(model))
         mcmc = MCMC(kernel, num_warmup=spec.warmup, num_samples=spec.samples,
                     num_chains=spec.chains, chain_method="sequential", progress_bar=progress)
@@ -125,15 +133,53 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
         run.config.update(steps=opts["steps"], lr=opts["lr"], samples=spec.samples)
     seconds = time.perf_counter() - t0
     run.samples = samples
+    run.extra.update(train_seconds=seconds, inference=spec.kind)
     note = convergence_note(method, mcmc_diagnostics(run)) if spec.kind == "mcmc" else None
     if note:
         print(note, file=sys.stderr)
     run.step = len(run.history)
     run.config.update(dict(config or {}), seed=seed, backend="numpyro")
-    run.extra.update(train_seconds=seconds, inference=spec.kind)
+    if spec.kind == "vb":
+        run.extra["elbo"] = [h["elbo"] for h in run.history]
     if out is not None:
         run.save(out)
     return run
+
+
+def _fit_conjugate(model, data, spec, key, run, progress) -> dict:
+    """``gibbs`` / ``vb`` on a model declaring ``conjugate`` (its ``aligner_spec``,
+    ``conjugate_data`` and ``latent_values``): the posterior draws of its sites."""
+    from .. import aligners as al
+    from . import word_alignment as wa
+
+    aspec = model.aligner_spec()
+    sizes, arrays = model.conjugate_data(data)
+    seed = int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
+    if spec.kind == "mcmc":
+        mcmc = wa.gibbs_chains(aspec, sizes, arrays, [jnp.zeros((0,), jnp.int32)],
+                               chains=spec.chains, warmup=spec.warmup, samples=spec.samples,
+                               seed=seed, progress=progress, record_tables=True)
+        z = mcmc.get_samples(group_by_chain=True)
+        run.extra["sample_stats"] = {"lp": np.asarray(z["loglik"])}
+        run.config.update(warmup=spec.warmup, samples=spec.samples, chains=spec.chains)
+        return {k: np.asarray(v) for k, v in
+                model.latent_values(z["log_theta"], z["log_dist"]).items()}
+    res = wa.vb_sweeps(aspec, sizes, arrays, iterations=spec.warmup, tol=1e-9,
+                       progress=progress)
+    counts_c, counts_b = (jnp.asarray(c) for c in res["counts"])
+    keys = jax.random.split(jax.random.fold_in(key, 1), spec.samples)
+
+    def draw(k):
+        k1, k2 = jax.random.split(k)
+        return (al.sample_translation(k1, aspec, counts_c, arrays["cell_src"], sizes["n_src"],
+                                      sizes["n_tgt"]), al.sample_buckets(k2, aspec, counts_b))
+
+    log_theta, log_dist = jax.jit(jax.vmap(draw))(keys)
+    tokens = max(1, int(np.asarray(data.tgt_mask).sum()))
+    run.history = [{"step": i + 1, "train_loss": -e / tokens, "elbo": e}
+                   for i, e in enumerate(res["elbo"])]
+    run.config.update(sweeps=len(res["elbo"]), samples=spec.samples)
+    return {k: np.asarray(v)[None] for k, v in model.latent_values(log_theta, log_dist).items()}
 
 
 def posterior_draws(run, limit: int = MAX_EVAL_DRAWS) -> dict:
@@ -226,12 +272,15 @@ def global_report(run, batches, gold=None) -> dict:
 
 
 def _links(batches, preds) -> dict[int, set[tuple[int, int]]]:
+    """Each target word (``<eos>`` left out) to its most probable source position — unless the
+    mass the posterior leaves off the positions (a NULL word's, 1 − Σ_i) outweighs it."""
     links = {}
     for b, (_, post) in zip(batches, preds):
         a = post.argmax(-1)
+        linked = post.max(-1) >= 1 - post.sum(-1)
         lengths = (b.tgt_mask.sum(-1) - 1).tolist()
         for r, idx in enumerate(b.index.tolist()):
-            links[idx] = {(int(a[r, j]), j) for j in range(int(lengths[r]))}
+            links[idx] = {(int(a[r, j]), j) for j in range(int(lengths[r])) if linked[r, j]}
     return links
 
 

@@ -23,6 +23,7 @@ one compiled program per aligner and corpus layout.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import namedtuple
 
 import jax
@@ -34,9 +35,10 @@ from numpyro.infer.mcmc import MCMCKernel
 from ...core.progress import progress_bar
 from ...errors import UserError
 from .. import aligners as al
+from .cache import enable_compilation_cache
 
-__all__ = ["ConjugateGibbs", "GibbsState", "run_gibbs", "run_vb", "run_svb", "device_corpus",
-           "links_from_marginals", "link_rhat"]
+__all__ = ["ConjugateGibbs", "GibbsState", "gibbs_chains", "run_gibbs", "vb_sweeps", "run_vb",
+           "run_svb", "device_corpus", "links_from_marginals", "link_rhat"]
 
 GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "marg", "z"])
 
@@ -93,8 +95,8 @@ class ConjugateGibbs(MCMCKernel):
 
     sample_field = "z"
 
-    def __init__(self, spec: al.AlignerSpec, sizes: dict):
-        self.spec, self.sizes = spec, sizes
+    def __init__(self, spec: al.AlignerSpec, sizes: dict, record_tables: bool = False):
+        self.spec, self.sizes, self.record_tables = spec, sizes, record_tables
         self._num_warmup = 0
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
@@ -104,6 +106,8 @@ class ConjugateGibbs(MCMCKernel):
         marg = tuple(jnp.zeros(c["cell"].shape, jnp.float32) for c in data["classes"])
         z = {"loglik": jnp.zeros(()), "log_dist": log_dist,
              "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
+        if self.record_tables:
+            z["log_theta"] = log_theta
         return GibbsState(jnp.zeros((), jnp.int32), rng_key, log_theta, log_dist, marg, z)
 
     def sample(self, state, model_args, model_kwargs):
@@ -118,6 +122,8 @@ class ConjugateGibbs(MCMCKernel):
                                           sizes["n_src"], sizes["n_tgt"])
         log_dist = al.sample_buckets(k_dist, spec, total["drawn_buckets"])
         z = {"loglik": total["loglik"], "log_dist": state.log_dist, "track": tracked}
+        if self.record_tables:  # the tables this sweep's alignments were drawn under
+            z["log_theta"] = state.log_theta
         return GibbsState(state.i + 1, key, log_theta, log_dist, marg, z)
 
 
@@ -132,26 +138,45 @@ def _track_indices(corpus, n_track: int, seed: int):
             for r, s, e in zip(real, starts[:-1], starts[1:])]
 
 
+def _check_counts(**values) -> None:
+    for name, (v, lo) in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise UserError(f"--{name.replace('_', '-')} must be an int ≥ {lo}, got {v!r}")
+
+
+def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, chains: int,
+                 warmup: int, samples: int, thinning: int = 1, seed: int = 0,
+                 progress: bool = True, record_tables: bool = False) -> MCMC:
+    """NumPyro's ``MCMC`` of :class:`ConjugateGibbs` on a corpus given as (``sizes``,
+    ``data``) (:func:`device_corpus`), ``chains`` chains one after another; returns the run
+    ``MCMC`` (its samples: the fields of the kernel's ``z``, ``log_theta`` too with
+    ``record_tables``; its ``last_state.marg``: the summed conditionals)."""
+    _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
+                  thinning=(thinning, 1))
+    mcmc = MCMC(ConjugateGibbs(spec, sizes, record_tables), num_warmup=warmup,
+                num_samples=samples, num_chains=chains, chain_method="sequential",
+                thinning=thinning, progress_bar=progress, jit_model_args=True)
+    mcmc.run(jax.random.PRNGKey(seed), data, track)
+    return mcmc
+
+
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
               progress: bool = True) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
-    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another (so one chain's
-    link marginals are in memory at a time) by NumPyro's ``MCMC``. Returns ``marginals``
-    (per class ``[n, B, S1, T]``, averaged over chains and draws); ``traces``: ``loglik
-    [chains, draws]``, ``track [chains, draws, n_track]`` (the tracked words' drawn positions),
-    ``log_dist [chains, draws, K]``; ``seconds``."""
-    for name, v, lo in (("chains", chains, 1), ("warmup", warmup, 0), ("samples", samples, 1),
-                        ("thinning", thinning, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise UserError(f"--{name} must be an int ≥ {lo}, got {v!r}")
+    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another by NumPyro's
+    ``MCMC`` (:func:`gibbs_chains`). Returns ``marginals`` (per class ``[n, B, S1, T]``,
+    averaged over chains and draws); ``traces``: ``loglik [chains, draws]``, ``track [chains,
+    draws, n_track]`` (the tracked words' drawn positions), ``log_dist [chains, draws, K]``;
+    ``seconds``."""
+    _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
+                  thinning=(thinning, 1))
+    enable_compilation_cache()
     sizes, data = device_corpus(corpus)
     idx = _track_indices(corpus, track, seed)
     t0 = time.perf_counter()
-    mcmc = MCMC(ConjugateGibbs(spec, sizes), num_warmup=warmup, num_samples=samples,
-                num_chains=chains, chain_method="sequential", thinning=thinning,
-                progress_bar=progress, jit_model_args=True)
-    mcmc.run(jax.random.PRNGKey(seed), data, idx)
+    mcmc = gibbs_chains(spec, sizes, data, idx, chains=chains, warmup=warmup, samples=samples,
+                        thinning=thinning, seed=seed, progress=progress)
     z = mcmc.get_samples(group_by_chain=True)
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
     marg = [np.asarray(m).reshape(chains, *m.shape[-4:]).mean(0) / kept
@@ -165,7 +190,9 @@ def link_rhat(track: np.ndarray) -> dict:
     """R-hat and bulk ESS of the link indicators of the tracked target words: ``track
     [chains, draws, n]`` (each draw's source position); per word the indicator of its most
     frequent position (ArviZ's rank-normalized split R-hat; words whose every draw agrees are
-    left out — their R-hat is undefined, and they have converged to one link)."""
+    left out — their R-hat is undefined, and they have converged to one link; a word constant
+    within each chain but not across them has R-hat ∞). ``share_rhat_ok``: the tracked words
+    whose link has R-hat ≤ 1.01 (the constant ones included)."""
     from ... import arviz_api
 
     C, D, n = track.shape
@@ -177,21 +204,37 @@ def link_rhat(track: np.ndarray) -> dict:
             continue
         rows.append(ind)
     if not rows:
-        return {"rhat_max": 1.0, "ess_bulk_min": float(C * D), "n_varying": 0, "n": n}
+        return {"rhat_max": 1.0, "ess_bulk_min": float(C * D), "n_varying": 0, "n": n,
+                "share_rhat_ok": 1.0}
     ind = np.stack(rows, -1)  # [C, D, n_varying]
     idata = arviz_api.from_dict(posterior={"link": ind})
-    s = arviz_api.summary(idata, kind="diagnostics")
-    return {"rhat_max": float(np.nanmax(s["r_hat"])), "ess_bulk_min": float(
-        np.nanmin(s["ess_bulk"])), "n_varying": len(rows), "n": n}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        s = arviz_api.summary(idata, kind="diagnostics")
+    rhat = np.asarray(s["r_hat"], float)
+    rhat = np.where(np.isnan(rhat), np.inf, rhat)  # undefined: a word constant in each chain
+    ess = np.nan_to_num(np.asarray(s["ess_bulk"], float), nan=0.0)
+    return {"rhat_max": _json_number(rhat.max()), "rhat_median": _json_number(np.median(rhat)),
+            "ess_bulk_min": _json_number(ess.min()),
+            "ess_bulk_median": _json_number(np.median(ess)),
+            "share_rhat_ok": (n - len(rows) + int((rhat <= 1.01).sum())) / n,
+            "n_varying": len(rows), "n": n}
 
 
-def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6,
-           progress: bool = True) -> dict:
-    """Mean-field VB to convergence (relative ELBO change below ``tol``) or ``iterations``:
-    ``marginals`` (per class, under the last q), ``elbo`` per sweep, the expected counts."""
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise UserError(f"--iterations must be an int ≥ 1, got {iterations!r}")
-    sizes, data = device_corpus(corpus)
+def _json_number(x):
+    """A float for a JSON report; ``"inf"`` where it is not finite (strict JSON has no inf)."""
+    x = float(x)
+    return x if np.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
+
+
+def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 50,
+              tol: float = 1e-6, progress: bool = True) -> dict:
+    """Mean-field VB on a corpus given as (``sizes``, ``data``) (:func:`device_corpus`) to
+    convergence (relative ELBO change below ``tol``) or ``iterations`` sweeps: ``marginals``
+    (per class, under the last q), ``elbo`` per sweep, ``counts`` — the expected counts
+    (cells ``[C]``, buckets ``[K]``) that make q(θ_e) = Dirichlet(α + counts of e's cells) and
+    q(δ) = Dirichlet(γ + bucket counts)."""
+    _check_counts(iterations=(iterations, 1))
     counts_c, counts_b = jnp.zeros(sizes["n_cells"]), jnp.zeros(spec.n_buckets)
 
     @jax.jit
@@ -204,7 +247,6 @@ def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6
         return total, probs, total["loglik"] - kl
 
     elbo, probs = [], None
-    t0 = time.perf_counter()
     bar = progress_bar(range(iterations), desc=f"vb {spec.model}", unit="sweep",
                        disable=not progress)
     for _ in bar:
@@ -216,8 +258,19 @@ def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6
             break
     bar.close()
     return {"marginals": [np.asarray(p) for p in probs], "elbo": elbo,
-            "counts": (np.asarray(counts_c), np.asarray(counts_b)),
-            "seconds": time.perf_counter() - t0}
+            "counts": (np.asarray(counts_c), np.asarray(counts_b))}
+
+
+def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6,
+           progress: bool = True) -> dict:
+    """:func:`vb_sweeps` on an :class:`~ppl_attention.data.indexed.IndexedCorpus`, timed
+    (``seconds``)."""
+    _check_counts(iterations=(iterations, 1))
+    enable_compilation_cache()
+    sizes, data = device_corpus(corpus)
+    t0 = time.perf_counter()
+    out = vb_sweeps(spec, sizes, data, iterations, tol, progress)
+    return {**out, "seconds": time.perf_counter() - t0}
 
 
 def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
