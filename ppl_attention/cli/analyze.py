@@ -99,7 +99,7 @@ def cmd_analyze(args) -> int:
         from ..numpyro.inference.bayes import global_inference_data
 
         idata = global_inference_data(run, make_batches(split.pairs, run.src_vocab,
-                                                        run.tgt_vocab, 64))
+                                                        run.tgt_vocab, 64), args.pair)
     else:
         idata = to_inference_data(run, split.pairs, num_samples=args.num_samples,
                                   seed=args.seed, importance=importance)
@@ -129,6 +129,13 @@ def cmd_analyze(args) -> int:
 
         arviz_api.save_trace_plot(idata, out / "trace.png")
         written.append(out / "trace.png")
+        if "link" in idata.posterior and idata.posterior.sizes["chain"] > 1:
+            summary = arviz_api.summary(idata, var_names=["link"], kind="diagnostics")
+            summary.to_csv(out / "link_diagnostics.csv")
+            written.append(out / "link_diagnostics.csv")
+            print(f"pair {args.pair}'s link marginals: max R-hat {summary['r_hat'].max():.3f}, "
+                  f"min bulk ESS {summary['ess_bulk'].min():.0f} over {len(summary)} links",
+                  file=sys.stderr)
     else:
         plot_pair_heatmaps(idata, args.pair, out / f"pair{args.pair}_heatmaps.png")
         plot_entropy(idata, out / "entropy.png")

@@ -15,10 +15,11 @@ METHODS = {"gibbs": "blocked Gibbs sampling (NumPyro MCMC with a conjugate kerne
            "vb": "mean-field variational Bayes, closed-form coordinate ascent",
            "svb": "stochastic variational Bayes over minibatches"}
 #: the options each method takes (any other given is refused)
-METHOD_OPTIONS = {"gibbs": ("chains", "burn_in", "samples", "thin", "track"),
+METHOD_OPTIONS = {"gibbs": ("chains", "burn_in", "samples", "thin", "track", "init_sweeps"),
                   "vb": ("iterations", "tol"),
                   "svb": ("epochs", "tau", "kappa")}
 DEFAULTS = {"chains": 2, "burn_in": 50, "samples": 50, "thin": 1, "track": 1000,
+            "init_sweeps": 5,
             "iterations": 30, "tol": 1e-5, "epochs": 5, "tau": 1.0, "kappa": 0.7}
 
 
@@ -56,6 +57,8 @@ def add_parsers(sub) -> None:
                        ("samples", "gibbs: sweeps kept per chain"),
                        ("thin", "gibbs: keep every N-th sweep"),
                        ("track", "gibbs: target words whose draws give R-hat and ESS"),
+                       ("init_sweeps", "gibbs, ibm2 / hmm: sweeps of IBM1 (VB) whose "
+                        "translation table the chains start from; 0: uniform tables"),
                        ("iterations", "vb: most sweeps"), ("epochs", "svb: passes")):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, help=text +
                        f" (default {DEFAULTS[name]})")
@@ -81,8 +84,15 @@ def _method_options(args) -> dict:
         takes = ", ".join("--" + o.replace("_", "-") for o in METHOD_OPTIONS[args.method])
         raise UserError(f"--{wrong[0].replace('_', '-')} does not apply to --method "
                         f"{args.method} (it takes {takes})")
-    return {k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS[k]
+    opts = {k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS[k]
             for k in METHOD_OPTIONS[args.method]}
+    for k, v in opts.items():
+        lo = 0 if k in ("burn_in", "init_sweeps", "tol") else 1 if isinstance(v, int) else None
+        if (lo is not None and v < lo) or (k == "tau" and not v > 0) or \
+                (k == "kappa" and not 0.5 < v <= 1):
+            need = {"tau": "> 0", "kappa": "in (0.5, 1]"}.get(k, f"≥ {lo}")
+            raise UserError(f"--{k.replace('_', '-')} must be {need}, got {v}")
+    return opts
 
 
 def _writable(path, what):
@@ -145,7 +155,7 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
     if method == "gibbs":
         res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["burn_in"],
                            samples=opts["samples"], thinning=opts["thin"], seed=seed,
-                           track=opts["track"])
+                           track=opts["track"], init_sweeps=opts["init_sweeps"])
         res["diagnostics"] = wa.link_rhat(res["traces"]["track"]) if opts["chains"] > 1 \
             else None
     elif method == "vb":

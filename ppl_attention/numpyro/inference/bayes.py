@@ -290,19 +290,22 @@ def global_alignment_links(run, batches) -> dict[int, set[tuple[int, int]]]:
     return _links(batches, _predictive(run, batches))
 
 
-def global_inference_data(run, batches):
+def global_inference_data(run, batches, link_pair: int | None = 0):
     """ArviZ InferenceData of a global-latent run: ``posterior`` (every draw of the globals,
-    ``[chain, draw, …]``), ``sample_stats`` (divergences, for MCMC), ``log_likelihood.y``
-    ``[chain, draw, token]`` — log p(y_t | x, y<t, globals) with the alignment summed out, one
-    entry per real target token — and ``observed_data.y``; so ``az.summary``,
-    ``az.plot_trace``, ``az.plot_rank``, ``az.loo`` and ``az.compare`` work unchanged."""
+    ``[chain, draw, …]``, and ``link [chain, draw, link_target, link_source]`` — p(a_t = i |
+    x, y, globals of the draw) of the corpus's pair ``link_pair``, so R-hat and ESS of its link
+    marginals come from ``az.summary``), ``sample_stats`` (divergences, for MCMC),
+    ``log_likelihood.y`` ``[chain, draw, token]`` — log p(y_t | x, y<t, globals) with the
+    alignment summed out, one entry per real target token — and ``observed_data.y``; so
+    ``az.summary``, ``az.plot_trace``, ``az.plot_rank``, ``az.loo`` and ``az.compare`` work
+    unchanged."""
     model = run.model
     params = run.params or {}
     samples = {k: np.asarray(v) for k, v in run.samples.items()}
     C, D = next(iter(samples.values())).shape[:2]
     flat = {k: jnp.asarray(v.reshape(C * D, *v.shape[2:])) for k, v in samples.items()}
     ll_fn = _per_draw(model, params, token_log_likelihood_given)
-    token_ll, observed = [], []
+    token_ll, observed, link = [], [], None
     for b in batches:
         jb = to_jax(b, None, "bucket")
         B, T = b.tgt_out.shape
@@ -310,12 +313,24 @@ def global_inference_data(run, batches):
         mask = as_numpy(b.tgt_mask)
         token_ll.append(ll[:, mask])
         observed.append(as_numpy(b.tgt_out)[mask])
+        rows = b.index.tolist()
+        if link_pair is not None and link_pair in rows:
+            r = rows.index(link_pair)
+            post = np.asarray(_per_draw(model, params, posterior_given)(flat, jb))[:, r]
+            t_len, s_len = int(mask[r].sum()), int(as_numpy(b.src_mask)[r].sum())
+            link = post[:, :t_len, :s_len].reshape(C, D, t_len, s_len)
     log_lik = np.concatenate(token_ll, 1).reshape(C, D, -1)
     stats = {k: np.asarray(v) for k, v in run.extra.get("sample_stats", {}).items()}
+    posterior = dict(samples)
+    dims = {"y": ["token"]}
+    if link is not None:
+        posterior["link"] = link
+        dims["link"] = ["link_target", "link_source"]
     return arviz_api.from_dict(
-        posterior=samples, sample_stats=stats or None, log_likelihood={"y": log_lik},
-        observed_data={"y": np.concatenate(observed)}, dims={"y": ["token"]},
-        attrs={"method": run.method, "inference_library": "numpyro"})
+        posterior=posterior, sample_stats=stats or None, log_likelihood={"y": log_lik},
+        observed_data={"y": np.concatenate(observed)}, dims=dims,
+        attrs={"method": run.method, "inference_library": "numpyro",
+               **({"link_pair": link_pair} if link is not None else {})})
 
 
 def discrepancy(reference: dict, samples: dict) -> dict:

@@ -37,7 +37,8 @@ from ...errors import UserError
 from .. import aligners as al
 from .cache import enable_compilation_cache
 
-__all__ = ["ConjugateGibbs", "GibbsState", "gibbs_chains", "run_gibbs", "vb_sweeps", "run_vb",
+__all__ = ["ConjugateGibbs", "GibbsState", "gibbs_chains", "ibm1_start",
+           "posterior_mean_log_translation", "run_gibbs", "vb_sweeps", "run_vb",
            "run_svb", "device_corpus", "links_from_marginals", "link_rhat"]
 
 GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "marg", "z"])
@@ -91,7 +92,8 @@ class ConjugateGibbs(MCMCKernel):
     """Blocked Gibbs for an aligner (module docstring). ``sizes``: the corpus's sizes
     (:func:`device_corpus`); its arrays and the ``track`` indices (per class, flat indices of
     the target words whose draws are recorded) are the model arguments of ``MCMC.run(key,
-    arrays, track)``."""
+    arrays, track[, start])`` — ``start``: ``{"log_theta": [C]}``, the translation table the
+    chains start from (else every row uniform over its cells)."""
 
     sample_field = "z"
 
@@ -100,9 +102,12 @@ class ConjugateGibbs(MCMCKernel):
         self._num_warmup = 0
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
-        data, track = model_args
+        data, track = model_args[:2]
         self._num_warmup = num_warmup
         log_theta, log_dist = al.uniform_tables(self.spec, {**self.sizes, **data})
+        start = model_args[2] if len(model_args) > 2 else None
+        if start is not None:  # tables to start from (another aligner's posterior mean)
+            log_theta = start["log_theta"].astype(log_theta.dtype)
         marg = tuple(jnp.zeros(c["cell"].shape, jnp.float32) for c in data["classes"])
         z = {"loglik": jnp.zeros(()), "log_dist": log_dist,
              "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
@@ -111,7 +116,7 @@ class ConjugateGibbs(MCMCKernel):
         return GibbsState(jnp.zeros((), jnp.int32), rng_key, log_theta, log_dist, marg, z)
 
     def sample(self, state, model_args, model_kwargs):
-        data, track = model_args
+        data, track = model_args[:2]
         spec, sizes = self.spec, self.sizes
         key, k_sweep, k_theta, k_dist = jax.random.split(state.key, 4)
         total, probs, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, sizes,
@@ -146,7 +151,8 @@ def _check_counts(**values) -> None:
 
 def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, chains: int,
                  warmup: int, samples: int, thinning: int = 1, seed: int = 0,
-                 progress: bool = True, record_tables: bool = False) -> MCMC:
+                 progress: bool = True, record_tables: bool = False,
+                 start: dict | None = None) -> MCMC:
     """NumPyro's ``MCMC`` of :class:`ConjugateGibbs` on a corpus given as (``sizes``,
     ``data``) (:func:`device_corpus`), ``chains`` chains one after another; returns the run
     ``MCMC`` (its samples: the fields of the kernel's ``z``, ``log_theta`` too with
@@ -156,27 +162,48 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
     mcmc = MCMC(ConjugateGibbs(spec, sizes, record_tables), num_warmup=warmup,
                 num_samples=samples, num_chains=chains, chain_method="sequential",
                 thinning=thinning, progress_bar=progress, jit_model_args=True)
-    mcmc.run(jax.random.PRNGKey(seed), data, track)
+    mcmc.run(jax.random.PRNGKey(seed), data, track, *([start] if start is not None else []))
     return mcmc
+
+
+def posterior_mean_log_translation(spec: al.AlignerSpec, sizes: dict, data: dict, counts):
+    """log E[θ_c] = log (α + n_c) − log (V_f·α + n_e) of the rows' Dirichlet posteriors given
+    the cells' (expected) counts ``[C]``."""
+    total = jax.ops.segment_sum(counts, data["cell_src"], num_segments=sizes["n_src"])
+    return (jnp.log(spec.alpha + counts)
+            - jnp.log(sizes["n_tgt"] * spec.alpha + total)[data["cell_src"]])
+
+
+def ibm1_start(spec: al.AlignerSpec, sizes: dict, data: dict, sweeps: int = 5,
+               progress: bool = True) -> dict:
+    """A start for IBM2 / HMM chains, as eflomal and GIZA++ train IBM1 first: ``sweeps`` of
+    IBM1's VB, the posterior mean of the translation table (``{"log_theta": [C]}``)."""
+    ibm1 = al.aligner("ibm1", alpha=spec.alpha)
+    res = vb_sweeps(ibm1, sizes, data, iterations=sweeps, tol=0.0, progress=progress)
+    counts = jnp.asarray(res["counts"][0])
+    return {"log_theta": posterior_mean_log_translation(spec, sizes, data, counts)}
 
 
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
-              progress: bool = True) -> dict:
+              progress: bool = True, init_sweeps: int = 0) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
     :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another by NumPyro's
-    ``MCMC`` (:func:`gibbs_chains`). Returns ``marginals`` (per class ``[n, B, S1, T]``,
+    ``MCMC`` (:func:`gibbs_chains`), started (``init_sweeps`` > 0, IBM2 / HMM) from
+    :func:`ibm1_start`. Returns ``marginals`` (per class ``[n, B, S1, T]``,
     averaged over chains and draws); ``traces``: ``loglik [chains, draws]``, ``track [chains,
     draws, n_track]`` (the tracked words' drawn positions), ``log_dist [chains, draws, K]``;
     ``seconds``."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
-                  thinning=(thinning, 1))
+                  thinning=(thinning, 1), init_sweeps=(init_sweeps, 0))
     enable_compilation_cache()
     sizes, data = device_corpus(corpus)
     idx = _track_indices(corpus, track, seed)
     t0 = time.perf_counter()
+    start = ibm1_start(spec, sizes, data, init_sweeps, progress) \
+        if init_sweeps and spec.model != "ibm1" else None
     mcmc = gibbs_chains(spec, sizes, data, idx, chains=chains, warmup=warmup, samples=samples,
-                        thinning=thinning, seed=seed, progress=progress)
+                        thinning=thinning, seed=seed, progress=progress, start=start)
     z = mcmc.get_samples(group_by_chain=True)
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
     marg = [np.asarray(m).reshape(chains, *m.shape[-4:]).mean(0) / kept

@@ -1,0 +1,202 @@
+"""Word alignment at corpus scale: eflomal against the aligners of ``ppl-attention wordalign``
+on the same synthetic corpora (``--task wordalign``: Zipfian vocabularies, ambiguous
+translations, NULL-aligned and one-to-many words, local and long reorderings), at each of
+``--sizes`` sentence pairs.
+
+A corpus of N pairs is the task's 500 test pairs (whose gold links score every system) first,
+then N − 500 training pairs, as aligners are evaluated (unsupervised, the test sentences inside
+the corpus). Each system aligns both directions and the two are symmetrized by
+grow-diag-final-and (``ppl_attention.symmetrize``, the same code for every system); AER
+(Och & Ney 2003, sure and possible links), precision and recall of forward, reverse and
+symmetrized links.
+
+- eflomal ``-m 1`` (IBM1), ``-m 2`` (IBM1 → HMM), ``-m 3`` (IBM1 → HMM → fertility), its
+  default sampling length — an optional peer (``pip install eflomal``; ``--eflomal`` names
+  its ``eflomal-align``), skipped with a message when absent;
+- ours: ``ibm1``, ``ibm2``, ``hmm`` × ``gibbs`` (``--chains`` chains, ``--burn-in`` +
+  ``--samples`` sweeps, IBM2 / HMM started from 5 sweeps of IBM1) and ``vb``
+  (``--iterations`` sweeps).
+
+Every run is its own process (``--one``): its wall time from start to written links (JAX's
+compilation included — the persistent cache is switched off) and its peak resident memory
+(its own, and its children's for eflomal) are its own. One run of the script measures every
+row, so the ratios are of one machine and one moment.
+
+    python benchmarks/aligners.py --sizes 10000,100000 --out runs/aligners
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TEST_PAIRS = 500
+OURS = [(m, k) for m in ("ibm1", "ibm2", "hmm") for k in ("gibbs", "vb")]
+
+
+def make_corpus(n: int, folder: Path) -> tuple[Path, Path]:
+    """corpus.txt (the test pairs first) and gold.txt (their links) of ``n`` pairs."""
+    from ppl_attention.data.parallel import format_gold, write_parallel
+    from ppl_attention.data.wordalign import wordalign_task
+
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus, gold = folder / "corpus.txt", folder / "gold.txt"
+    if not corpus.exists():
+        task = wordalign_task(n_train=n - TEST_PAIRS, n_eval=TEST_PAIRS, seed=0)
+        write_parallel(corpus, task.test.pairs + task.train.pairs)
+        gold.write_text("".join(format_gold(s, p) + "\n" for s, p in
+                                zip(task.test.gold, task.test.possible)), encoding="utf-8")
+    return corpus, gold
+
+
+def _scores(forward, reverse, corpus, gold) -> dict:
+    from ppl_attention.cli.wordalign import _scores as score
+    from ppl_attention.data.parallel import read_gold, read_parallel
+    from ppl_attention.symmetrize import symmetrize_corpus
+
+    pairs = read_parallel(corpus)
+    g = read_gold(gold, pairs, prefix=True)
+    n = len(g[0])
+    out = {"forward": score(forward[:n], g), "reverse": score(reverse[:n], g),
+           "gdfa": score(symmetrize_corpus(forward[:n], reverse[:n], "grow-diag-final-and"),
+                         g)}
+    return {f"{k}_{m}": v[m] for k, v in out.items() for m in ("aer", "precision", "recall")}
+
+
+def run_eflomal(exe: str, m: int, corpus: Path, gold: Path, work: Path) -> dict:
+    from ppl_attention.data.pharaoh import read_pharaoh
+
+    fwd, rev = work / "fwd", work / "rev"
+    t0 = time.perf_counter()
+    subprocess.run([exe, "-i", str(corpus), "-m", str(m), "-f", str(fwd), "-r", str(rev),
+                    "--overwrite"], check=True, capture_output=True)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, **_scores(read_pharaoh(fwd), read_pharaoh(rev), corpus, gold)}
+
+
+def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts: dict) -> dict:
+    from ppl_attention.cli import main
+    from ppl_attention.data.pharaoh import read_pharaoh
+
+    os.environ["PPL_ATTENTION_JAX_CACHE"] = "off"
+    argv = ["wordalign", "-i", str(corpus), "--model", model, "--method", method,
+            "-f", str(work / "fwd"), "-r", str(work / "rev"), "--out", str(work / "run")]
+    if method == "gibbs":
+        argv += ["--chains", str(opts["chains"]), "--burn-in", str(opts["burn_in"]),
+                 "--samples", str(opts["samples"])]
+        if model != "ibm1":
+            argv += ["--init-sweeps", "5"]
+    else:
+        argv += ["--iterations", str(opts["iterations"])]
+    t0 = time.perf_counter()
+    if main(argv) != 0:
+        raise SystemExit(f"wordalign failed: {argv}")
+    seconds = time.perf_counter() - t0
+    report = json.loads((work / "run" / "report.json").read_text())
+    out = {"seconds": seconds, **_scores(read_pharaoh(work / "fwd"),
+                                         read_pharaoh(work / "rev"), corpus, gold)}
+    for k in ("forward_links_rhat_max", "forward_links_rhat_median",
+              "forward_links_share_rhat_ok", "forward_links_ess_bulk_median",
+              "forward_links_ess_bulk_min"):
+        if k in report:
+            out[k.replace("forward_links_", "")] = report[k]
+    return out
+
+
+def one(job: dict) -> dict:
+    work = Path(job["work"])
+    work.mkdir(parents=True, exist_ok=True)
+    corpus, gold = Path(job["corpus"]), Path(job["gold"])
+    if job["system"] == "eflomal":
+        res = run_eflomal(job["exe"], job["m"], corpus, gold, work)
+        peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    else:
+        res = run_ours(job["model"], job["method"], corpus, gold, work, job["opts"])
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {**{k: v for k, v in job.items() if k in ("system", "m", "model", "method", "n")},
+            **res, "peak_mib": peak / 1024}
+
+
+def _spawn(job: dict) -> dict:
+    p = subprocess.run([sys.executable, __file__, "--one", json.dumps(job)], text=True,
+                       capture_output=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-3000:])
+        raise SystemExit(f"run failed: {job}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _table(rows: list[dict]) -> str:
+    head = ("| pairs | system | model | method | AER fwd | AER rev | AER gdfa | P gdfa | "
+            "R gdfa | seconds | peak MiB | link R-hat ≤ 1.01 | median ESS |")
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        model = {1: "IBM1", 2: "IBM1→HMM", 3: "IBM1→HMM→fertility"}[r["m"]] \
+            if r["system"] == "eflomal" else r["model"]
+        method = f"-m {r['m']}" if r["system"] == "eflomal" else r["method"]
+        share = r.get("share_rhat_ok")
+        ess = r.get("ess_bulk_median")
+        lines.append(
+            f"| {r['n']:,} | {r['system']} | {model} | {method} | {r['forward_aer']:.4f} | "
+            f"{r['reverse_aer']:.4f} | {r['gdfa_aer']:.4f} | {r['gdfa_precision']:.3f} | "
+            f"{r['gdfa_recall']:.3f} | {r['seconds']:.1f} | {r['peak_mib']:.0f} | "
+            f"{'' if share is None else f'{100 * share:.1f} %'} | "
+            f"{'' if ess is None else ess if isinstance(ess, str) else f'{ess:.0f}'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--out", default="runs/aligners")
+    ap.add_argument("--eflomal", default=shutil.which("eflomal-align"),
+                    help="eflomal-align (default: the one on PATH)")
+    ap.add_argument("--ours", default=",".join(f"{m}:{k}" for m, k in OURS),
+                    help="model:method pairs of ours to run")
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--burn-in", type=int, default=50)
+    ap.add_argument("--samples", type=int, default=50)
+    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(json.loads(args.one))))
+        return
+    from tqdm import tqdm
+
+    out = Path(args.out)
+    opts = {"chains": args.chains, "burn_in": args.burn_in, "samples": args.samples,
+            "iterations": args.iterations}
+    ours = [tuple(x.split(":")) for x in args.ours.split(",") if x]
+    if not args.eflomal:
+        print("eflomal-align not found (pip install eflomal, or --eflomal PATH): its rows are "
+              "skipped", file=sys.stderr)
+    jobs = []
+    for n in (int(x) for x in args.sizes.split(",")):
+        corpus, gold = make_corpus(n, out / f"corpus-{n}")
+        base = {"n": n, "corpus": str(corpus), "gold": str(gold)}
+        if args.eflomal:
+            jobs += [{**base, "system": "eflomal", "m": m, "exe": args.eflomal,
+                      "work": str(out / f"{n}-eflomal-m{m}")} for m in (1, 2, 3)]
+        jobs += [{**base, "system": "ours", "model": m, "method": k, "opts": opts,
+                  "work": str(out / f"{n}-{m}-{k}")} for m, k in ours]
+    rows = []
+    for job in tqdm(jobs, desc="aligners", unit="run"):
+        if Path(job["work"]).exists():
+            shutil.rmtree(job["work"])
+        rows.append(_spawn(job))
+        tqdm.write(json.dumps(rows[-1]))
+        (out / "results.json").write_text(json.dumps(rows, indent=1))
+    print(_table(rows))
+
+
+if __name__ == "__main__":
+    main()
