@@ -163,3 +163,27 @@ def test_log_gamma_draws_are_gamma(a):
     assert stats.kstest(np.exp(x) if a >= 0.3 else x,
                         (lambda v: stats.gamma.cdf(v, a)) if a >= 0.3 else
                         (lambda v: stats.gamma.cdf(np.exp(v), a))).pvalue > 1e-3
+
+
+def test_gibbs_link_marginals_are_the_conditionals_of_the_kept_sweeps():
+    """With no warm-up and one kept sweep, ``run_gibbs``'s link marginals are exactly the
+    posterior given the starting tables (uniform rows) for every pair of every class — the
+    accumulator updated in place batch by batch, none skipped or misplaced; with a warm-up of
+    one, the conditionals of the second sweep's tables (rows of the simplex again)."""
+    from ppl_attention.numpyro.inference import word_alignment as wa
+
+    corpus, _, _ = index_pairs(PAIRS * 3, batch=2, multiple=4)
+    spec = al.aligner("ibm1", alpha=0.5)
+    res = wa.run_gibbs(spec, corpus, chains=1, warmup=0, samples=1, track=4, progress=False)
+    sizes, data = wa.device_corpus(corpus)
+    log_theta, log_dist = al.uniform_tables(spec, {**sizes, **data})
+    _, probs, _ = wa._sweep(spec, jax.random.PRNGKey(0), log_theta, log_dist, sizes, data,
+                            "expect")
+    assert len(res["marginals"]) == len(probs) >= 1
+    for got, want in zip(res["marginals"], probs):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-6)
+    res = wa.run_gibbs(spec, corpus, chains=2, warmup=1, samples=3, track=4, progress=False)
+    for m, c in zip(res["marginals"], corpus.classes):
+        s = m.sum(2)  # over NULL and the source positions
+        np.testing.assert_allclose(s[c.tgt_mask], 1.0, rtol=1e-5)
+        assert np.all(s[~c.tgt_mask] == 0)

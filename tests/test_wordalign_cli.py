@@ -322,7 +322,7 @@ def small(tmp_path, monkeypatch):
 REFUSALS = [
     (["--method", "gibbs", "--iterations", "5", "-f", "fwd"],
      "error: --iterations does not apply to --method gibbs (it takes --chains, --burn-in, "
-     "--samples, --thin, --track)"),
+     "--samples, --thin, --track, --init-sweeps)"),
     (["--method", "vb", "--burn-in", "5", "-f", "fwd"],
      "error: --burn-in does not apply to --method vb (it takes --iterations, --tol)"),
     (["-f", "fwd", "-o", "sym"],

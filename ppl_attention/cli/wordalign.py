@@ -214,9 +214,8 @@ def cmd_wordalign(args) -> int:
         else:
             sys.stdout.write(text)
     for name, res in (("forward", fwd),) + ((("reverse", rev),) if both else ()):
-        if res.get("diagnostics"):
-            report[f"{name}_links_rhat_max"] = res["diagnostics"]["rhat_max"]
-            report[f"{name}_links_ess_bulk_min"] = res["diagnostics"]["ess_bulk_min"]
+        for k, v in (res.get("diagnostics") or {}).items():
+            report[f"{name}_links_{k}"] = v
         if res.get("elbo"):
             report[f"{name}_elbo"] = res["elbo"]
     if gold is not None:

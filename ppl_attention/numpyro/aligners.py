@@ -225,7 +225,8 @@ def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     logits = _position_logits(spec, log_theta, log_dist, b)
     tm = b["tgt_mask"]
     log_z = jax.nn.logsumexp(logits, 1)  # [B, T]
-    probs = jnp.exp(logits - log_z[:, None])
+    real = b["src_mask"][:, :, None] & tm[:, None, :]
+    probs = jnp.where(real, jnp.exp(logits - jnp.where(tm, log_z, 0.0)[:, None]), 0.0)
     token = jnp.where(tm, log_z, 0.0)
     out = {"probs": probs, "loglik": token.sum(), "token_loglik": token}
     if mode == "score":

@@ -60,11 +60,15 @@ def _translation(fn, spec, counts, sizes, arrays):
     return fn(spec, counts, arrays["cell_src"], sizes["n_src"], sizes["n_tgt"])
 
 
-def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None):
+def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, marg=None,
+           keep=None):
     """Every batch of every class under the tables (``mode`` as
     :func:`~ppl_attention.numpyro.aligners.batch_step`): the summed counts, log-likelihood,
     each class's link posteriors ``[n, B, S1, T]`` and, with ``track`` (per class: flat
-    indices into ``[n·B·T]``), the drawn alignments of those target words."""
+    indices into ``[n·B·T]``), the drawn alignments of those target words. With ``marg`` (per
+    class ``[n, B, S1, T]``), the posteriors are not returned but added, times ``keep``, to it
+    inside the scan — the accumulator updated in place, batch by batch, so a corpus's
+    marginals are in memory once."""
     C, K = sizes["n_cells"], spec.n_buckets
     zero = {"drawn_cells": jnp.zeros(C), "expected_cells": jnp.zeros(C),
             "drawn_buckets": jnp.zeros(K), "expected_buckets": jnp.zeros(K),
@@ -74,15 +78,24 @@ def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None):
         n = cls["src"].shape[0]
         keys = jax.random.split(jax.random.fold_in(key, ci), n)
 
-        def body(acc, xs):
-            b, k = xs
+        def body(carry, xs):
+            acc, m = carry
+            b, k, i = xs
             out = al.batch_step(spec, k, log_theta, log_dist, b, C, mode)
             acc = {name: acc[name] + out[name] if name in out else acc[name] for name in acc}
-            return acc, (out["probs"], out.get("align", jnp.zeros(b["tgt"].shape, jnp.int32)))
+            a = out.get("align", jnp.zeros(b["tgt"].shape, jnp.int32))
+            if m is None:
+                return (acc, m), (out["probs"], a)
+            m = jax.lax.dynamic_update_index_in_dim(
+                m, jax.lax.dynamic_index_in_dim(m, i, keepdims=False) + keep * out["probs"],
+                i, 0)
+            return (acc, m), (None, a)
 
-        part, (p, a) = jax.lax.scan(body, {k: v for k, v in zero.items()}, (cls, keys))
+        m0 = None if marg is None else marg[ci]
+        (part, m), (p, a) = jax.lax.scan(body, ({k: v for k, v in zero.items()}, m0),
+                                         (cls, keys, jnp.arange(n)))
         total = {name: total[name] + part[name] for name in total}
-        probs.append(p)
+        probs.append(p if marg is None else m)
         if track is not None:
             tracked.append(a.reshape(-1)[track[ci]])
     return total, probs, (jnp.concatenate(tracked) if tracked else None)
@@ -119,10 +132,10 @@ class ConjugateGibbs(MCMCKernel):
         data, track = model_args[:2]
         spec, sizes = self.spec, self.sizes
         key, k_sweep, k_theta, k_dist = jax.random.split(state.key, 4)
-        total, probs, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, sizes,
-                                       data, "draw", track)
         keep = (state.i >= self._num_warmup).astype(jnp.float32)
-        marg = tuple(m + keep * p for m, p in zip(state.marg, probs))
+        total, marg, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, sizes,
+                                      data, "draw", track, marg=state.marg, keep=keep)
+        marg = tuple(marg)
         log_theta = al.sample_translation(k_theta, spec, total["drawn_cells"], data["cell_src"],
                                           sizes["n_src"], sizes["n_tgt"])
         log_dist = al.sample_buckets(k_dist, spec, total["drawn_buckets"])
