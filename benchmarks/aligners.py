@@ -14,8 +14,8 @@ symmetrized links.
   default sampling length — an optional peer (``pip install eflomal``; ``--eflomal`` names
   its ``eflomal-align``), skipped with a message when absent;
 - ours: ``ibm1``, ``ibm2``, ``hmm`` × ``gibbs`` (``--chains`` chains, ``--burn-in`` +
-  ``--samples`` sweeps, IBM2 / HMM started from 5 sweeps of IBM1) and ``vb``
-  (``--iterations`` sweeps).
+  ``--samples`` sweeps, per size: 4 chains at 10k for R-hat, one at 100k; IBM2 / HMM started
+  from 5 sweeps of IBM1's VB) and ``vb`` (at most ``--iterations`` sweeps).
 
 Every run is its own process (``--one``): its wall time from start to written links (JAX's
 compilation included — the persistent cache is switched off) and its peak resident memory
@@ -121,7 +121,8 @@ def one(job: dict) -> dict:
     else:
         res = run_ours(job["model"], job["method"], corpus, gold, work, job["opts"])
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {**{k: v for k, v in job.items() if k in ("system", "m", "model", "method", "n")},
+    return {**{k: v for k, v in job.items()
+               if k in ("system", "m", "model", "method", "n", "sweeps")},
             **res, "peak_mib": peak / 1024}
 
 
@@ -136,8 +137,8 @@ def _spawn(job: dict) -> dict:
 
 def _table(rows: list[dict]) -> str:
     head = ("| pairs | system | model | method | AER fwd | AER rev | AER gdfa | P gdfa | "
-            "R gdfa | seconds | peak MiB | link R-hat ≤ 1.01 | median ESS |")
-    lines = [head, "|" + "---|" * 13]
+            "R gdfa | seconds | peak MiB | sweeps | link R-hat ≤ 1.01 | median ESS |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         model = {1: "IBM1", 2: "IBM1→HMM", 3: "IBM1→HMM→fertility"}[r["m"]] \
             if r["system"] == "eflomal" else r["model"]
@@ -148,6 +149,7 @@ def _table(rows: list[dict]) -> str:
             f"| {r['n']:,} | {r['system']} | {model} | {method} | {r['forward_aer']:.4f} | "
             f"{r['reverse_aer']:.4f} | {r['gdfa_aer']:.4f} | {r['gdfa_precision']:.3f} | "
             f"{r['gdfa_recall']:.3f} | {r['seconds']:.1f} | {r['peak_mib']:.0f} | "
+            f"{r.get('sweeps', '')} | "
             f"{'' if share is None else f'{100 * share:.1f} %'} | "
             f"{'' if ess is None else ess if isinstance(ess, str) else f'{ess:.0f}'} |")
     return "\n".join(lines)
@@ -161,10 +163,10 @@ def main() -> None:
                     help="eflomal-align (default: the one on PATH)")
     ap.add_argument("--ours", default=",".join(f"{m}:{k}" for m, k in OURS),
                     help="model:method pairs of ours to run")
-    ap.add_argument("--chains", type=int, default=4)
-    ap.add_argument("--burn-in", type=int, default=50)
-    ap.add_argument("--samples", type=int, default=50)
-    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--chains", default="4,1", help="gibbs chains, per size (one value: all)")
+    ap.add_argument("--burn-in", default="25,10", help="gibbs burn-in sweeps, per size")
+    ap.add_argument("--samples", default="25,10", help="gibbs kept sweeps, per size")
+    ap.add_argument("--iterations", default="30", help="vb sweeps, per size")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -173,20 +175,31 @@ def main() -> None:
     from tqdm import tqdm
 
     out = Path(args.out)
-    opts = {"chains": args.chains, "burn_in": args.burn_in, "samples": args.samples,
-            "iterations": args.iterations}
+    sizes = [int(x) for x in args.sizes.split(",")]
+
+    def per_size(text, name):
+        values = [int(x) for x in text.split(",")]
+        if len(values) not in (1, len(sizes)):
+            raise SystemExit(f"--{name}: one value or one per size ({len(sizes)})")
+        return values * len(sizes) if len(values) == 1 else values
+
+    columns = {k: per_size(getattr(args, k), k.replace("_", "-"))
+               for k in ("chains", "burn_in", "samples", "iterations")}
     ours = [tuple(x.split(":")) for x in args.ours.split(",") if x]
     if not args.eflomal:
         print("eflomal-align not found (pip install eflomal, or --eflomal PATH): its rows are "
               "skipped", file=sys.stderr)
     jobs = []
-    for n in (int(x) for x in args.sizes.split(",")):
+    for at, n in enumerate(sizes):
+        opts = {k: v[at] for k, v in columns.items()}
         corpus, gold = make_corpus(n, out / f"corpus-{n}")
         base = {"n": n, "corpus": str(corpus), "gold": str(gold)}
         if args.eflomal:
             jobs += [{**base, "system": "eflomal", "m": m, "exe": args.eflomal,
                       "work": str(out / f"{n}-eflomal-m{m}")} for m in (1, 2, 3)]
         jobs += [{**base, "system": "ours", "model": m, "method": k, "opts": opts,
+                  "sweeps": (f"{opts['chains']} × ({opts['burn_in']} + {opts['samples']})"
+                             if k == "gibbs" else f"≤ {opts['iterations']}"),
                   "work": str(out / f"{n}-{m}-{k}")} for m, k in ours]
     rows = []
     for job in tqdm(jobs, desc="aligners", unit="run"):

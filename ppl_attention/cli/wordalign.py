@@ -155,17 +155,25 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
     if method == "gibbs":
         res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["burn_in"],
                            samples=opts["samples"], thinning=opts["thin"], seed=seed,
-                           track=opts["track"], init_sweeps=opts["init_sweeps"])
+                           track=opts["track"], init_sweeps=opts["init_sweeps"],
+                           release_host=True)
         res["diagnostics"] = wa.link_rhat(res["traces"]["track"]) if opts["chains"] > 1 \
             else None
     elif method == "vb":
-        res = wa.run_vb(spec, corpus, iterations=opts["iterations"], tol=opts["tol"])
+        res = wa.run_vb(spec, corpus, iterations=opts["iterations"], tol=opts["tol"],
+                        release_host=True)
     else:
         res = wa.run_svb(spec, corpus, epochs=opts["epochs"], tau=opts["tau"],
                          kappa=opts["kappa"], seed=seed)
-    res["links"] = wa.links_from_marginals(corpus, res["marginals"], threshold)
-    res["corpus"] = corpus
-    return res
+    res["links"] = wa.links_from_marginals(corpus, res.pop("marginals"), threshold)
+    del corpus
+    import gc
+
+    import jax
+
+    jax.clear_caches()  # this direction's compiled sweeps, before the other's
+    gc.collect()
+    return res  # the marginals and the corpus freed before the other direction
 
 
 def _scores(links, gold) -> dict:
@@ -181,7 +189,7 @@ def _scores(links, gold) -> dict:
 
 
 def cmd_wordalign(args) -> int:
-    from ..data.pharaoh import format_pharaoh, write_pharaoh
+    from ..data.pharaoh import format_pharaoh, parse_pharaoh_line, write_pharaoh
     from ..numpyro.aligners import aligner
     from ..symmetrize import symmetrize_corpus
 
@@ -192,12 +200,16 @@ def cmd_wordalign(args) -> int:
                  "forward")
     report = {"model": args.model, "method": args.method, "options": opts,
               "n_pairs": len(pairs), "forward_seconds": fwd["seconds"]}
-    results = {"forward": fwd["links"]}
+    # kept as Pharaoh lines while the other direction runs (a tenth of the sets' memory)
+    forward_lines = [format_pharaoh(a) for a in fwd.pop("links")]
     if both:
         rev = _align(spec, args.method, opts, [(t, s) for s, t in pairs], args.batch_size,
                      args.seed + 1, args.threshold, "reverse")
-        results["reverse"] = [{(i, j) for j, i in links} for links in rev["links"]]
         report["reverse_seconds"] = rev["seconds"]
+    results = {"forward": [parse_pharaoh_line(line, "forward") for line in forward_lines]}
+    del forward_lines
+    if both:
+        results["reverse"] = [{(i, j) for j, i in links} for links in rev.pop("links")]
     if args.symmetrize:
         results[args.symmetrize] = symmetrize_corpus(results["forward"], results["reverse"],
                                                      args.symmetrize)

@@ -68,8 +68,16 @@ class IndexedCorpus:
         """k_e: the number of distinct target words co-occurring with each source word."""
         return np.bincount(self.cell_src, minlength=self.n_src)
 
+    def release_batches(self) -> None:
+        """Drop the host copies of the classes' batch arrays (``src`` … ``cell``) once a
+        sampler holds them on its device; ``index`` and the lengths stay, which is all
+        :func:`~ppl_attention.numpyro.inference.word_alignment.links_from_marginals` reads."""
+        for c in self.classes:
+            c.src = c.src_mask = c.tgt = c.tgt_mask = c.cell = None
+
     def nbytes(self) -> int:
-        return sum(a.nbytes for c in self.classes for a in vars(c).values()) + \
+        return sum(a.nbytes for c in self.classes for a in vars(c).values()
+                   if a is not None) + \
             self.cell_src.nbytes + self.cell_tgt.nbytes
 
 
@@ -121,16 +129,24 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
             y[r, :tgt_len[k]] = tgt[k]
             ym[r, :tgt_len[k]] = True
             idx[r] = k
-        keys.append(_keys(s, sm, y, ym, n_tgt)[0])
-        parts.append((s, sm, y, ym, idx, n_b, B))
-    unique, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-    del keys
-    classes, at = [], 0
-    for s, sm, y, ym, idx, n_b, B in parts:
         key, real = _keys(s, sm, y, ym, n_tgt)
+        keys.append(key)
+        parts.append((s, sm, y, ym, idx, n_b, B, real))
+    # a hash table's codes (pandas.factorize): linear time, and no sort's int64 copies of a
+    # 100k-pair corpus's 34M keys
+    import pandas as pd
+
+    keys = np.concatenate(keys)
+    inverse, unique = pd.factorize(keys, sort=False)
+    del keys
+    unique = np.asarray(unique, np.int64)
+    inverse = inverse.astype(np.int32)
+    classes, at = [], 0
+    for s, sm, y, ym, idx, n_b, B, real in parts:
+        n_real = int(real.sum())
         cell = np.zeros(real.shape, np.int32)
-        cell[real] = inverse[at: at + len(key)]
-        at += len(key)
+        cell[real] = inverse[at: at + n_real]
+        at += n_real
         shape = (n_b, B)
         classes.append(ShapeClass(s.reshape(*shape, -1), sm.reshape(*shape, -1),
                                   y.reshape(*shape, -1), ym.reshape(*shape, -1),

@@ -37,9 +37,12 @@ from ...errors import UserError
 from .. import aligners as al
 from .cache import enable_compilation_cache
 
-__all__ = ["ConjugateGibbs", "GibbsState", "gibbs_chains", "ibm1_start",
+__all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "gibbs_chains", "ibm1_start",
            "posterior_mean_log_translation", "run_gibbs", "vb_sweeps", "run_vb",
            "run_svb", "device_corpus", "links_from_marginals", "link_rhat"]
+
+#: the most kept sweeps of an HMM chain (its link counts are int16)
+MAX_HMM_KEPT = 32767
 
 GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "marg", "z"])
 
@@ -86,9 +89,9 @@ def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, m
             a = out.get("align", jnp.zeros(b["tgt"].shape, jnp.int32))
             if m is None:
                 return (acc, m), (out["probs"], a)
+            add = (keep * out["probs"]).astype(m.dtype)
             m = jax.lax.dynamic_update_index_in_dim(
-                m, jax.lax.dynamic_index_in_dim(m, i, keepdims=False) + keep * out["probs"],
-                i, 0)
+                m, jax.lax.dynamic_index_in_dim(m, i, keepdims=False) + add, i, 0)
             return (acc, m), (None, a)
 
         m0 = None if marg is None else marg[ci]
@@ -114,6 +117,13 @@ class ConjugateGibbs(MCMCKernel):
         self.spec, self.sizes, self.record_tables = spec, sizes, record_tables
         self._num_warmup = 0
 
+    @property
+    def marginal_dtype(self):
+        """The link accumulators' dtype: the HMM's are counts of drawn links (int16, exact to
+        :data:`MAX_HMM_KEPT` kept sweeps, half a float32's memory); IBM1/2's sums of
+        conditionals (float32)."""
+        return jnp.int16 if self.spec.model == "hmm" else jnp.float32
+
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         data, track = model_args[:2]
         self._num_warmup = num_warmup
@@ -121,7 +131,7 @@ class ConjugateGibbs(MCMCKernel):
         start = model_args[2] if len(model_args) > 2 else None
         if start is not None:  # tables to start from (another aligner's posterior mean)
             log_theta = start["log_theta"].astype(log_theta.dtype)
-        marg = tuple(jnp.zeros(c["cell"].shape, jnp.float32) for c in data["classes"])
+        marg = tuple(jnp.zeros(c["cell"].shape, self.marginal_dtype) for c in data["classes"])
         z = {"loglik": jnp.zeros(()), "log_dist": log_dist,
              "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
         if self.record_tables:
@@ -172,6 +182,9 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
     ``record_tables``; its ``last_state.marg``: the summed conditionals)."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1))
+    if spec.model == "hmm" and samples * thinning > MAX_HMM_KEPT:
+        raise UserError(f"--samples × --thin: at most {MAX_HMM_KEPT} kept sweeps per HMM "
+                        f"chain, got {samples * thinning}")
     mcmc = MCMC(ConjugateGibbs(spec, sizes, record_tables), num_warmup=warmup,
                 num_samples=samples, num_chains=chains, chain_method="sequential",
                 thinning=thinning, progress_bar=progress, jit_model_args=True)
@@ -199,11 +212,14 @@ def ibm1_start(spec: al.AlignerSpec, sizes: dict, data: dict, sweeps: int = 5,
 
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
-              progress: bool = True, init_sweeps: int = 0) -> dict:
+              progress: bool = True, init_sweeps: int = 0, release_host: bool = False
+              ) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
     :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another by NumPyro's
     ``MCMC`` (:func:`gibbs_chains`), started (``init_sweeps`` > 0, IBM2 / HMM) from
-    :func:`ibm1_start`. Returns ``marginals`` (per class ``[n, B, S1, T]``,
+    :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are dropped once on
+    the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`).
+    Returns ``marginals`` (per class ``[n, B, S1, T]``,
     averaged over chains and draws); ``traces``: ``loglik [chains, draws]``, ``track [chains,
     draws, n_track]`` (the tracked words' drawn positions), ``log_dist [chains, draws, K]``;
     ``seconds``."""
@@ -212,18 +228,22 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     enable_compilation_cache()
     sizes, data = device_corpus(corpus)
     idx = _track_indices(corpus, track, seed)
+    if release_host:
+        corpus.release_batches()
     t0 = time.perf_counter()
     start = ibm1_start(spec, sizes, data, init_sweeps, progress) \
         if init_sweeps and spec.model != "ibm1" else None
     mcmc = gibbs_chains(spec, sizes, data, idx, chains=chains, warmup=warmup, samples=samples,
                         thinning=thinning, seed=seed, progress=progress, start=start)
-    z = mcmc.get_samples(group_by_chain=True)
+    z = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
-    marg = [np.asarray(m).reshape(chains, *m.shape[-4:]).mean(0) / kept
-            for m in mcmc.last_state.marg]
-    return {"marginals": marg, "traces": {k: np.asarray(v) for k, v in z.items()},
-            "seconds": time.perf_counter() - t0, "track_indices": [np.asarray(i) for i in idx],
-            "mcmc": mcmc}
+    marg = []
+    for m in mcmc.last_state.marg:  # summed over chains on device, one class at a time
+        m = m.reshape(chains, *m.shape[-4:]).sum(0, dtype=jnp.float32)
+        marg.append(np.asarray(m / (kept * chains)))
+    del mcmc  # its last state holds every chain's accumulators
+    return {"marginals": marg, "traces": z, "seconds": time.perf_counter() - t0,
+            "track_indices": [np.asarray(i) for i in idx]}
 
 
 def link_rhat(track: np.ndarray) -> dict:
@@ -302,12 +322,14 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
 
 
 def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6,
-           progress: bool = True) -> dict:
+           progress: bool = True, release_host: bool = False) -> dict:
     """:func:`vb_sweeps` on an :class:`~ppl_attention.data.indexed.IndexedCorpus`, timed
-    (``seconds``)."""
+    (``seconds``); ``release_host`` as :func:`run_gibbs`."""
     _check_counts(iterations=(iterations, 1))
     enable_compilation_cache()
     sizes, data = device_corpus(corpus)
+    if release_host:
+        corpus.release_batches()
     t0 = time.perf_counter()
     out = vb_sweeps(spec, sizes, data, iterations, tol, progress)
     return {**out, "seconds": time.perf_counter() - t0}
