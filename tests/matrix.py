@@ -101,6 +101,10 @@ def global_not_applicable(method: str, prop: str, backend: str) -> str | None:
     if backend == "pyro":
         return ("global latents are inferred by NumPyro's MCMC and autoguides: refused under "
                 "Pyro, with that reason")
+    if spec.requires:
+        return (f"takes a model that declares `{spec.requires}` (the word aligners), not the "
+                f"matrix's bayesian-ibm2; against NUTS on word-ibm1 and word-ibm2 in "
+                f"tests/test_word_aligner_models.py")
     if prop == "h" and spec.kind != "mcmc":
         return "SVI: no chains to diagnose"
     if prop == "i" and spec.kernel == "NUTS":

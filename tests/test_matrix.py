@@ -806,6 +806,18 @@ def _refused_under_pyro(method, tmp_path, capsys) -> None:
     assert not out.exists()
 
 
+def _refused_for_reference(method, tmp_path, capsys) -> None:
+    """A method that needs a declaration bayesian-ibm2 lacks is refused for it, in one line."""
+    from ppl_attention.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--model", "bayesian-ibm2", "--task", "reorder", "--n-train", "20",
+                 "--method", method, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"declares `{GLOBAL_METHODS[method].requires}`" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
 def _global_run(reference, method):
     import json
 
@@ -825,6 +837,8 @@ def test_h_mcmc_diagnostics(method, backend, global_reference, tmp_path, capsys)
     reason = global_not_applicable(method, "h", backend)
     if backend == "pyro":
         return _refused_under_pyro(method, tmp_path, capsys)
+    if GLOBAL_METHODS[method].requires:  # not for the reference model: refused for it
+        return _refused_for_reference(method, tmp_path, capsys)
     report, arrays = _global_run(global_reference, method)
     if reason:  # SVI: one set of independent draws, no chains, no diagnostics reported
         assert GLOBAL_METHODS[method].kind == "svi" and "rhat_max" not in report
@@ -850,6 +864,8 @@ def test_i_agrees_with_nuts(method, backend, global_reference, tmp_path, capsys)
     reason = global_not_applicable(method, "i", backend)
     if backend == "pyro":
         return _refused_under_pyro(method, tmp_path, capsys)
+    if GLOBAL_METHODS[method].requires:
+        return _refused_for_reference(method, tmp_path, capsys)
     if reason:
         assert GLOBAL_METHODS[method].kernel == "NUTS"
         return
