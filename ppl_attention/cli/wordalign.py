@@ -145,6 +145,28 @@ def check_wordalign(args):
     return pairs, gold, opts
 
 
+def _gibbs(wa, spec, corpus, opts, seed) -> dict:
+    res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["burn_in"],
+                       samples=opts["samples"], thinning=opts["thin"], seed=seed,
+                       track=opts["track"], init_sweeps=opts["init_sweeps"], release_host=True)
+    res["diagnostics"] = wa.link_rhat(res["traces"]["track"]) if opts["chains"] > 1 else None
+    return res
+
+
+def _vb(wa, spec, corpus, opts, seed) -> dict:
+    return wa.run_vb(spec, corpus, iterations=opts["iterations"], tol=opts["tol"],
+                     release_host=True)
+
+
+def _svb(wa, spec, corpus, opts, seed) -> dict:
+    return wa.run_svb(spec, corpus, epochs=opts["epochs"], tau=opts["tau"],
+                      kappa=opts["kappa"], seed=seed)
+
+
+#: each method's runner: (word_alignment module, aligner, corpus, options, seed) → result
+RUNNERS = {"gibbs": _gibbs, "vb": _vb, "svb": _svb}
+
+
 def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
     from ..data.indexed import index_pairs
     from ..numpyro.inference import word_alignment as wa
@@ -152,19 +174,7 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
     corpus, _, _ = index_pairs(pairs, batch=batch_size)
     print(f"[wordalign] {desc}: {corpus.n_pairs} pairs, {corpus.n_cells} word pairs "
           f"co-occurring, {len(corpus.classes)} shape classes", file=sys.stderr)
-    if method == "gibbs":
-        res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["burn_in"],
-                           samples=opts["samples"], thinning=opts["thin"], seed=seed,
-                           track=opts["track"], init_sweeps=opts["init_sweeps"],
-                           release_host=True)
-        res["diagnostics"] = wa.link_rhat(res["traces"]["track"]) if opts["chains"] > 1 \
-            else None
-    elif method == "vb":
-        res = wa.run_vb(spec, corpus, iterations=opts["iterations"], tol=opts["tol"],
-                        release_host=True)
-    else:
-        res = wa.run_svb(spec, corpus, epochs=opts["epochs"], tau=opts["tau"],
-                         kappa=opts["kappa"], seed=seed)
+    res = RUNNERS[method](wa, spec, corpus, opts, seed)
     res["links"] = wa.links_from_marginals(corpus, res.pop("marginals"), threshold)
     del corpus
     import gc

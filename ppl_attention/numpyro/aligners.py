@@ -101,12 +101,13 @@ def log_gamma_draws(key, shape_param):
     (≥ 95 % accept per round), and their boost log G(a) = log G(a + 1) + log U / a for a < 1
     — a few vectorized rounds, where ``jax.random.loggamma`` loops per element (50× slower
     on a CPU over a million cells)."""
-    a = jnp.asarray(shape_param, jnp.float32)
+    a = jnp.asarray(shape_param)
+    a = a if jnp.issubdtype(a.dtype, jnp.floating) else a.astype(jnp.float32)
     boost = a < 1
     a1 = jnp.where(boost, a + 1, a)
     d = a1 - 1.0 / 3.0
     c = 1.0 / jnp.sqrt(9.0 * d)
-    tiny = jnp.finfo(jnp.float32).tiny
+    tiny = jnp.finfo(a.dtype).tiny
 
     def cond(state):
         return ~jnp.all(state[1])
@@ -114,9 +115,9 @@ def log_gamma_draws(key, shape_param):
     def body(state):
         key, done, out = state
         key, k1, k2 = jax.random.split(key, 3)
-        x = jax.random.normal(k1, a.shape)
+        x = jax.random.normal(k1, a.shape, a.dtype)
         v = (1.0 + c * x) ** 3
-        u = jax.random.uniform(k2, a.shape, minval=tiny)
+        u = jax.random.uniform(k2, a.shape, a.dtype, minval=tiny)
         log_v = jnp.log(jnp.maximum(v, tiny))
         ok = (v > 0) & (jnp.log(u) < 0.5 * x * x + d - d * v + d * log_v)
         out = jnp.where(~done & ok, jnp.log(d) + log_v, out)
@@ -124,8 +125,8 @@ def log_gamma_draws(key, shape_param):
 
     key, k3 = jax.random.split(key)
     _, _, out = jax.lax.while_loop(cond, body, (key, jnp.zeros(a.shape, bool),
-                                                jnp.zeros(a.shape, jnp.float32)))
-    u = jax.random.uniform(k3, a.shape, minval=tiny)
+                                                jnp.zeros(a.shape, a.dtype)))
+    u = jax.random.uniform(k3, a.shape, a.dtype, minval=tiny)
     return jnp.where(boost, out + jnp.log(u) / a, out)
 
 
@@ -136,7 +137,7 @@ def sample_translation(key, spec, counts, cell_src, n_src: int, n_tgt: int):
     k1, k2 = jax.random.split(key)
     log_g = log_gamma_draws(k1, spec.alpha + counts)
     k_e = jnp.bincount(cell_src, length=n_src)
-    rest_shape = jnp.maximum((n_tgt - k_e) * spec.alpha, 1e-30)
+    rest_shape = jnp.maximum((n_tgt - k_e) * spec.alpha, 1e-30).astype(log_g.dtype)
     log_rest = jnp.where(n_tgt > k_e, log_gamma_draws(k2, rest_shape), NEG)
     row = _segment_logsumexp(log_g, cell_src, n_src)
     log_z = jnp.logaddexp(row, log_rest)
@@ -164,7 +165,8 @@ def translation_kl(spec, counts, cell_src, n_src: int, n_tgt: int):
 def sample_buckets(key, spec, counts):
     if spec.n_buckets == 0:
         return jnp.zeros((0,), jnp.float32)
-    return jnp.log(jax.random.dirichlet(key, spec.gamma + counts))
+    a = spec.gamma + counts
+    return jnp.log(jax.random.dirichlet(key, a, dtype=a.dtype))
 
 
 def expected_log_buckets(spec, counts):
@@ -208,7 +210,7 @@ def _position_logits(spec, log_theta, log_dist, b):
     logits = _emission(log_theta, b)
     if spec.model == "ibm1":
         S1 = b["src_mask"].sum(-1)[:, None, None]
-        return logits - jnp.log(S1)
+        return logits - jnp.log(S1.astype(logits.dtype))
     return logits + log_dist[_displacement_bucket(spec, b)]
 
 
@@ -217,8 +219,9 @@ def _inverse_cdf(key, probs, axis):
     inverse CDF: far fewer random numbers than Gumbel noise on every entry)."""
     cum = jnp.cumsum(probs, axis)
     total = jnp.take(cum, -1, axis)
-    u = jax.random.uniform(key, total.shape) * total
-    return jnp.sum(cum < jnp.expand_dims(u, axis), axis).clip(0, probs.shape[axis] - 1)
+    u = jax.random.uniform(key, total.shape, total.dtype) * total
+    return jnp.sum(cum < jnp.expand_dims(u, axis), axis, dtype=jnp.int32).clip(
+        0, probs.shape[axis] - 1)
 
 
 def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
@@ -235,17 +238,19 @@ def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     if mode in ("draw", "both"):
         a = _inverse_cdf(key, probs, 1)  # [B, T]
         cells = jnp.take_along_axis(b["cell"], a[:, None, :], 1)[:, 0]
-        w = tm.astype(jnp.float32)
+        w = tm.astype(probs.dtype)
         out["align"] = jnp.where(tm, a, -1)
-        out["drawn_cells"] = jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(w.ravel())
+        out["drawn_cells"] = jnp.zeros(n_cells, w.dtype).at[cells.ravel()].add(w.ravel())
         if spec.n_buckets:
             bd = jnp.take_along_axis(bucket, a[:, None, :], 1)[:, 0]
-            out["drawn_buckets"] = jnp.zeros(spec.n_buckets).at[bd.ravel()].add(w.ravel())
+            out["drawn_buckets"] = jnp.zeros(spec.n_buckets, w.dtype).at[bd.ravel()].add(
+                w.ravel())
     if mode in ("expect", "both"):
-        out["expected_cells"] = jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
+        out["expected_cells"] = jnp.zeros(n_cells, probs.dtype).at[b["cell"].ravel()].add(
             (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
         if spec.n_buckets:
-            out["expected_buckets"] = jnp.zeros(spec.n_buckets).at[bucket.ravel()].add(
+            out["expected_buckets"] = jnp.zeros(spec.n_buckets, probs.dtype).at[
+                bucket.ravel()].add(
                 (probs * tm[:, None, :]).ravel())
     return out
 
@@ -273,7 +278,7 @@ def _hmm_forward(spec, log_theta, log_dist, b):
     S = S1 - 1
     W, _ = _jump_weights(spec, log_dist, S)
     phi_null = jnp.exp(log_dist[spec.null_bucket])
-    start = jnp.zeros((B, S + 1)).at[:, 0].set(1.0)
+    start = jnp.zeros((B, S + 1), E.dtype).at[:, 0].set(1.0)
 
     def step(beta, xs):
         E_j, shift_j, real_j = xs  # [B, S1], [B], [B]
@@ -313,7 +318,8 @@ def _hmm_backward_marginals(spec, fw, b, log_dist):
         r = E_j[:, 1:] * bwd[:, 1:]  # [B, S]
         xi = prev[:, :, None] * W[None] * (r / (c_j * z)[:, None])[:, None, :]  # [B, S+1, S]
         xi = jnp.where(real_j[:, None, None], xi, 0.0)
-        jumps = jnp.zeros(2 * spec.max_jump + 1).at[bucket.ravel()].add(xi.sum(0).ravel())
+        jumps = jnp.zeros(2 * spec.max_jump + 1, xi.dtype).at[bucket.ravel()].add(
+            xi.sum(0).ravel())
         nulls = jnp.where(real_j, post_null.sum(-1), 0.0).sum()
         before = (r @ W.T + (E_j[:, 0] * phi_null)[:, None] * bwd) / c_j[:, None]
         new = jnp.where(real_j[:, None], before, bwd)
@@ -322,7 +328,7 @@ def _hmm_backward_marginals(spec, fw, b, log_dist):
 
     B = b["tgt"].shape[0]
     _, (marg, jumps, nulls) = jax.lax.scan(
-        step, jnp.ones((B, S + 1)),
+        step, jnp.ones((B, S + 1), fw["E"].dtype),
         (fw["a_real"], fw["a_null"], fw["prev"], E_t, fw["c"], b["tgt_mask"].T), reverse=True)
     buckets = jnp.concatenate([jumps.sum(0), nulls.sum()[None]])
     return jnp.moveaxis(marg, 0, 2), buckets  # [B, S1, T]
@@ -345,7 +351,7 @@ def _hmm_sample(spec, key, fw, b, log_dist):
         k1, k2 = jax.random.split(kk)
         p_real = jnp.where(m >= 1, a_real[rows, jnp.maximum(m - 1, 0)], 0.0)
         p_null = a_null[rows, m]
-        is_real = jax.random.uniform(k1, (B,)) * (p_real + p_null) < p_real
+        is_real = jax.random.uniform(k1, (B,), p_real.dtype) * (p_real + p_null) < p_real
         k = m - 1  # the real position when real
         m_before = jnp.where(is_real, _inverse_cdf(k2, prev * W[:, jnp.maximum(k, 0)].T, -1), m)
         a = jnp.where(is_real, m, 0)  # S1 index: real position k is column k + 1 = m
@@ -357,8 +363,9 @@ def _hmm_sample(spec, key, fw, b, log_dist):
     _, (align, jb) = jax.lax.scan(step, m, (fw["a_real"], fw["a_null"], fw["prev"],
                                             b["tgt_mask"].T, keys), reverse=True)
     valid = jb >= 0
-    drawn = jnp.zeros(spec.n_buckets).at[jnp.where(valid, jb, 0).ravel()].add(
-        valid.ravel().astype(jnp.float32))
+    dt = fw["E"].dtype
+    drawn = jnp.zeros(spec.n_buckets, dt).at[jnp.where(valid, jb, 0).ravel()].add(
+        valid.ravel().astype(dt))
     return align.T, drawn
 
 
@@ -369,14 +376,14 @@ def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     if mode in ("expect", "both"):
         probs, out["expected_buckets"] = _hmm_backward_marginals(spec, fw, b, log_dist)
         out["probs"] = probs
-        out["expected_cells"] = jnp.zeros(n_cells, jnp.float32).at[b["cell"].ravel()].add(
+        out["expected_cells"] = jnp.zeros(n_cells, probs.dtype).at[b["cell"].ravel()].add(
             (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
     if mode in ("draw", "both"):
         a, out["drawn_buckets"] = _hmm_sample(spec, key, fw, b, log_dist)
         cells = jnp.take_along_axis(b["cell"], jnp.maximum(a, 0)[:, None, :], 1)[:, 0]
-        w = (a >= 0).astype(jnp.float32)
+        w = (a >= 0).astype(fw["E"].dtype)
         out["align"] = a
-        out["drawn_cells"] = jnp.zeros(n_cells, jnp.float32).at[cells.ravel()].add(w.ravel())
+        out["drawn_cells"] = jnp.zeros(n_cells, w.dtype).at[cells.ravel()].add(w.ravel())
         if mode == "draw":  # the drawn alignment itself, one-hot (no backward pass)
             out["probs"] = jax.nn.one_hot(a, b["src"].shape[1], axis=1) * tm[:, None, :]
     return out

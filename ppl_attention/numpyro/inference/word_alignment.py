@@ -72,10 +72,10 @@ def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, m
     class ``[n, B, S1, T]``), the posteriors are not returned but added, times ``keep``, to it
     inside the scan — the accumulator updated in place, batch by batch, so a corpus's
     marginals are in memory once."""
-    C, K = sizes["n_cells"], spec.n_buckets
-    zero = {"drawn_cells": jnp.zeros(C), "expected_cells": jnp.zeros(C),
-            "drawn_buckets": jnp.zeros(K), "expected_buckets": jnp.zeros(K),
-            "loglik": jnp.zeros(())}
+    C, K, dt = sizes["n_cells"], spec.n_buckets, log_theta.dtype
+    zero = {"drawn_cells": jnp.zeros(C, dt), "expected_cells": jnp.zeros(C, dt),
+            "drawn_buckets": jnp.zeros(K, dt), "expected_buckets": jnp.zeros(K, dt),
+            "loglik": jnp.zeros((), dt)}
     total, probs, tracked = dict(zero), [], []
     for ci, cls in enumerate(data["classes"]):
         n = cls["src"].shape[0]
@@ -132,7 +132,7 @@ class ConjugateGibbs(MCMCKernel):
         if start is not None:  # tables to start from (another aligner's posterior mean)
             log_theta = start["log_theta"].astype(log_theta.dtype)
         marg = tuple(jnp.zeros(c["cell"].shape, self.marginal_dtype) for c in data["classes"])
-        z = {"loglik": jnp.zeros(()), "log_dist": log_dist,
+        z = {"loglik": jnp.zeros((), log_theta.dtype), "log_dist": log_dist,
              "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
         if self.record_tables:
             z["log_theta"] = log_theta
@@ -295,7 +295,8 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
     (cells ``[C]``, buckets ``[K]``) that make q(θ_e) = Dirichlet(α + counts of e's cells) and
     q(δ) = Dirichlet(γ + bucket counts)."""
     _check_counts(iterations=(iterations, 1))
-    counts_c, counts_b = jnp.zeros(sizes["n_cells"]), jnp.zeros(spec.n_buckets)
+    counts_c = jnp.zeros(sizes["n_cells"], jnp.float32)
+    counts_b = jnp.zeros(spec.n_buckets, jnp.float32)
 
     @jax.jit
     def e_step(counts_c, counts_b, data):
@@ -346,7 +347,8 @@ def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
         raise UserError(f"--epochs must be an int ≥ 1, got {epochs!r}")
     sizes, data = device_corpus(corpus)
     words = float(sum(int(c.tgt_mask.sum()) for c in corpus.classes))
-    lam_c, lam_b = jnp.zeros(sizes["n_cells"]), jnp.zeros(spec.n_buckets)
+    lam_c = jnp.zeros(sizes["n_cells"], jnp.float32)
+    lam_b = jnp.zeros(spec.n_buckets, jnp.float32)
 
     def step(b, cell_src, lam_c, lam_b, rho):
         arrays = {"cell_src": cell_src}
