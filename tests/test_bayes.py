@@ -111,8 +111,12 @@ def test_svi_through_train_evaluate_align_analyze(svi_run, data_dir, tmp_path, c
     import arviz as az
 
     idata = az.from_netcdf(an / "posterior.nc")
-    assert set(idata.posterior.data_vars) == {"theta", "lam"}
+    assert set(idata.posterior.data_vars) == {"theta", "lam", "link"}
     assert idata.posterior["theta"].shape[:2] == (1, 1000)
+    # pair 0's link marginals per draw: each real target token's row sums to 1 (no NULL here)
+    link = idata.posterior["link"].values
+    assert link.shape[:2] == (1, 1000) and min(link.shape[2:]) >= 1
+    np.testing.assert_allclose(link.sum(-1), 1.0, rtol=1e-4)
     assert idata.log_likelihood["y"].shape[-1] == idata.observed_data["y"].shape[0]
     assert np.isfinite(az.loo(idata).elpd_loo)
     assert (an / "trace.png").exists()
