@@ -100,10 +100,12 @@ def global_reference(tmp_path_factory, worker_id):
     """The sweep directory of :data:`GLOBAL_REFERENCE` — NUTS, HMC and the three autoguides on the
     Bayesian IBM-2 — computed once per test session: the pytest-xdist workers share it through
     a lock in the session's temporary root (the first to take the lock runs it, the others read
-    it)."""
-    from filelock import FileLock
+    it). It runs in a fresh interpreter: JAX's global settings a test of the worker changed
+    before (64-bit floats) must not move the reference's numbers."""
+    import subprocess
+    import sys
 
-    from ppl_attention.cli import main
+    from filelock import FileLock
 
     root = tmp_path_factory.getbasetemp()
     if worker_id != "master":  # every worker's basetemp lies in the session's root
@@ -111,5 +113,9 @@ def global_reference(tmp_path_factory, worker_id):
     out = root / "global-reference"
     with FileLock(str(root / "global-reference.lock")):
         if not (out / "results.md").exists():
-            assert main([*GLOBAL_REFERENCE, "--out", str(out)]) == 0
+            code = ("import sys; from ppl_attention.cli import main; "
+                    "sys.exit(main(sys.argv[1:]))")
+            res = subprocess.run([sys.executable, "-c", code, *GLOBAL_REFERENCE, "--out",
+                                  str(out)], capture_output=True, text=True)
+            assert res.returncode == 0, res.stderr[-3000:]
     return out
