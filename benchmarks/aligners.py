@@ -57,16 +57,17 @@ def make_corpus(n: int, folder: Path) -> tuple[Path, Path]:
 
 
 def _scores(forward, reverse, corpus, gold) -> dict:
-    from ppl_attention.cli.wordalign import _scores as score
     from ppl_attention.data.parallel import read_gold, read_parallel
+    from ppl_attention.metrics import alignment_scores
     from ppl_attention.symmetrize import symmetrize_corpus
 
     pairs = read_parallel(corpus)
     g = read_gold(gold, pairs, prefix=True)
     n = len(g[0])
-    out = {"forward": score(forward[:n], g), "reverse": score(reverse[:n], g),
-           "gdfa": score(symmetrize_corpus(forward[:n], reverse[:n], "grow-diag-final-and"),
-                         g)}
+    out = {"forward": alignment_scores(forward[:n], *g),
+           "reverse": alignment_scores(reverse[:n], *g),
+           "gdfa": alignment_scores(symmetrize_corpus(forward[:n], reverse[:n],
+                                                      "grow-diag-final-and"), *g)}
     return {f"{k}_{m}": v[m] for k, v in out.items() for m in ("aer", "precision", "recall")}
 
 

@@ -45,6 +45,19 @@ def aer(predicted: list[Links], sure: list[Links], possible: list[Links] | None 
     return 1.0 - (a_s + a_p) / (n_a + n_s)
 
 
+def alignment_scores(predicted: list[Links], sure: list[Links],
+                     possible: list[Links] | None = None) -> dict:
+    """AER (:func:`aer`), precision |A∩P| / |A| and recall |A∩S| / |S| of the first
+    ``len(sure)`` predicted alignments (the gold of a corpus's first lines)."""
+    possible = possible or sure
+    predicted = predicted[:len(sure)]
+    a_s = sum(len(a & s) for a, s in zip(predicted, sure))
+    a_p = sum(len(a & (p | s)) for a, s, p in zip(predicted, sure, possible))
+    n_a, n_s = sum(map(len, predicted)), sum(map(len, sure))
+    return {"aer": aer(predicted, sure, possible), "precision": a_p / n_a if n_a else 0.0,
+            "recall": a_s / n_s if n_s else 0.0}
+
+
 def edit_distance(a: list, b: list) -> int:
     """Levenshtein distance between two token sequences (unit costs)."""
     prev = list(range(len(b) + 1))

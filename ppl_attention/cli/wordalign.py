@@ -186,18 +186,6 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
     return res  # the marginals and the corpus freed before the other direction
 
 
-def _scores(links, gold) -> dict:
-    from ..metrics import aer
-
-    sure, possible = gold
-    links = links[:len(sure)]
-    a_s = sum(len(a & s) for a, s in zip(links, sure))
-    a_p = sum(len(a & p) for a, p in zip(links, possible))
-    n_a, n_s = sum(map(len, links)), sum(map(len, sure))
-    return {"aer": aer(links, sure, possible), "precision": a_p / n_a if n_a else 0.0,
-            "recall": a_s / n_s if n_s else 0.0}
-
-
 def cmd_wordalign(args) -> int:
     from ..data.pharaoh import format_pharaoh, parse_pharaoh_line, write_pharaoh
     from ..numpyro.aligners import aligner
@@ -241,7 +229,10 @@ def cmd_wordalign(args) -> int:
         if res.get("elbo"):
             report[f"{name}_elbo"] = res["elbo"]
     if gold is not None:
-        report["scores"] = {name: _scores(links, gold) for name, links in results.items()}
+        from ..metrics import alignment_scores
+
+        report["scores"] = {name: alignment_scores(links, *gold)
+                            for name, links in results.items()}
         for name, sc in report["scores"].items():
             print(f"[wordalign] {name}: AER {sc['aer']:.4f}, precision {sc['precision']:.4f}, "
                   f"recall {sc['recall']:.4f}", file=sys.stderr)
