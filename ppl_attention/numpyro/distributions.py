@@ -2,9 +2,18 @@
 :mod:`ppl_attention.distributions` (see there for the densities). NumPyro has no
 RelaxedOneHotCategorical at all; these give exactly 0 on masked positions.
 
-One difference from the torch side: a JAX array cannot carry its own log, so
-``MaskedRelaxedCategorical.log_prob`` uses log(max(x, tiny)); at very low temperatures
-(τ ≲ 0.1 in float32) a draw's smallest coordinates can underflow and the density differs.
+Both draw in log space, where nothing underflows:
+
+- ``MaskedDirichlet`` normalizes log-Gamma draws (``jax.random.loggamma``, exact for small
+  concentrations and with finite implicit-reparameterization gradients; ``jax.random.gamma``
+  underflows to 0 for α ≲ 0.05 and its gradient there is NaN under ``jit``);
+- ``MaskedRelaxedCategorical`` returns the log of its draw as the site's *intermediate*
+  (``sample_with_intermediates``), and ``log_prob(value, intermediates)`` reads it — the torch
+  side's ``value._pa_log_value``. At low temperatures or far-apart logits a draw's smallest
+  coordinates underflow to 0 in float32, and log(max(x, tiny)) there is wrong by hundreds of
+  nats: a Monte Carlo KL(q ‖ p) of such draws comes out hugely negative, and an ELBO trained on
+  it climbs without bound. A program must therefore be replayed with the intermediates
+  (:func:`ppl_attention.numpyro.traces.replay`); a value without them is scored as before.
 """
 
 from __future__ import annotations
@@ -12,9 +21,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import digamma, gammaln
-from numpyro.distributions import Distribution, constraints
+from numpyro.distributions import Distribution, MaskedDistribution, constraints
 
-__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical"]
+__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "IntermediatesMasked"]
 
 
 def _tiny(dtype):
@@ -31,8 +40,9 @@ def _broadcast_mask(param, mask):
 
 class MaskedDirichlet(Distribution):
     """Dirichlet(α) on the sub-simplex of unmasked positions. ``concentration [..., S]``,
-    ``mask [..., S]`` bool. Sampling normalizes Gamma draws; ``jax.random.gamma`` has implicit
-    reparameterization gradients, as torch's sampler does."""
+    ``mask [..., S]`` bool. A draw is softmax of log-Gamma(α_u) draws over the unmasked u
+    (exactly 0 elsewhere); ``jax.random.loggamma`` has implicit reparameterization gradients,
+    as torch's Gamma sampler does, and they stay finite for tiny α."""
 
     arg_constraints = {"concentration": constraints.independent(constraints.positive, 1)}
     support = constraints.simplex
@@ -48,9 +58,8 @@ class MaskedDirichlet(Distribution):
 
     def sample(self, key, sample_shape=()):
         shape = tuple(sample_shape) + self.batch_shape + self.event_shape
-        g = jax.random.gamma(key, jnp.broadcast_to(self.concentration, shape))
-        g = jnp.maximum(g, _tiny(g.dtype)) * self.source_mask
-        return g / g.sum(-1, keepdims=True)
+        log_g = jax.random.loggamma(key, jnp.broadcast_to(self.concentration, shape))
+        return jax.nn.softmax(jnp.where(self.source_mask, log_g, -jnp.inf), -1)
 
     def log_prob(self, value):
         m = self.source_mask.astype(value.dtype)
@@ -89,16 +98,29 @@ class MaskedRelaxedCategorical(Distribution):
         self.logits = masked - jax.nn.logsumexp(masked, -1, keepdims=True)
         super().__init__(jnp.shape(logits)[:-1], jnp.shape(logits)[-1:], validate_args=False)
 
-    def sample(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key, sample_shape=()):
+        """``(x, [log x])``: the draw and its exact logarithm (−∞ on masked positions)."""
         shape = tuple(sample_shape) + self.batch_shape + self.event_shape
-        u = jax.random.uniform(key, shape, minval=_tiny(jnp.float32), maxval=1 - 1e-7)
+        dtype = self.logits.dtype
+        u = jax.random.uniform(key, shape, dtype, minval=_tiny(dtype), maxval=1 - 1e-7)
         gumbel = -jnp.log(-jnp.log(u))
-        return jax.nn.softmax((self.logits + gumbel) / self.temperature, -1)
+        log_x = jax.nn.log_softmax((self.logits + gumbel) / self.temperature, -1)
+        return jnp.exp(log_x), [log_x]
 
-    def log_prob(self, value):
+    def sample(self, key, sample_shape=()):
+        return self.sample_with_intermediates(key, sample_shape)[0]
+
+    def mask(self, mask):
+        """As ``Distribution.mask``, keeping the draw's logarithm (``IntermediatesMasked``)."""
+        if mask is True:
+            return self
+        return IntermediatesMasked(self, mask)
+
+    def log_prob(self, value, intermediates=None):
         m = self.source_mask
         tau = self.temperature
-        log_x = jnp.log(jnp.maximum(value, _tiny(value.dtype)))
+        log_x = intermediates[0] if intermediates else \
+            jnp.log(jnp.maximum(value, _tiny(value.dtype)))
         n = m.astype(value.dtype).sum(-1)
         log_pi = jnp.where(m, self.logits, 0.0)
         log_x_u = jnp.where(m, log_x, 0.0)
@@ -106,3 +128,16 @@ class MaskedRelaxedCategorical(Distribution):
         inner = jnp.where(m, log_pi - tau * log_x_u, -jnp.inf)
         return (gammaln(n) + (n - 1) * jnp.log(tau) + per_pos
                 - n * jax.nn.logsumexp(inner, -1))
+
+
+class IntermediatesMasked(MaskedDistribution):
+    """``MaskedDistribution`` that hands its base's intermediates through (NumPyro's drops
+    them: a masked relaxed site would be scored from its underflowed value again)."""
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        return self.base_dist.sample_with_intermediates(key, sample_shape)
+
+    def log_prob(self, value, intermediates=None):
+        if not intermediates or isinstance(self._mask, bool):
+            return super().log_prob(value)
+        return jnp.where(self._mask, self.base_dist.log_prob(value, intermediates), 0.0)

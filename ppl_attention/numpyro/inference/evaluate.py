@@ -22,6 +22,7 @@ from ...core.records import recording
 from ...errors import UserError
 from ..batching import to_jax
 from ..models.base import exact_posterior, exact_token_log_likelihood, is_numpyro_model
+from ..traces import replay, site_log_prob
 from .cache import enable_compilation_cache
 from .methods import enumerated_guide_loss, get_method, make_elbo
 from .twins import parameter_pairs, params_from_torch, twin_of
@@ -79,7 +80,7 @@ def _per_pair(trace, B: int):
     for name, site in trace.items():
         if site["type"] != "sample":
             continue
-        lp = site["fn"].log_prob(site["value"])
+        lp = site_log_prob(site, scaled=False)
         if dim is None or lp.ndim < -dim or lp.shape[dim] != B:
             raise UserError(f"site {name!r} is not under the plate 'batch' of size {B} "
                             f"(log-density shape {list(lp.shape)}); per-pair importance weights "
@@ -97,7 +98,7 @@ def log_importance_weights(model, posterior: str):
         guide = functools.partial(model.guide, posterior=posterior)
         g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), key)
                            ).get_trace(b)
-        mt = handlers.trace(handlers.seed(handlers.replay(
+        mt = handlers.trace(handlers.seed(replay(
             handlers.substitute(model.model, data=params), g), key)).get_trace(b)
         B = b.tgt_out.shape[0]
         return _per_pair(mt, B) - _per_pair(g, B)

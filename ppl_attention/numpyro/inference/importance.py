@@ -16,6 +16,7 @@ from ...core.methods import guide_posterior
 from ...core.records import recording
 from ...errors import UserError
 from ..batching import to_jax
+from ..traces import replay, site_log_prob
 from .evaluate import MULTIPLE, _per_pair, model_and_params
 
 __all__ = ["importance_arrays", "padded_arrays", "crop"]
@@ -71,14 +72,14 @@ def padded_arrays(model, params, jb, post: str, k: int, seed: int, z=None,
             with recording() as calls:
                 g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), key)
                                    ).get_trace(b)
-            mt = handlers.trace(handlers.seed(handlers.replay(
+            mt = handlers.trace(handlers.seed(replay(
                 handlers.substitute(model.model, data=params), g), key)).get_trace(b)
             lq = _per_pair(g, Bp)
             call = next((c for c in calls if c.name == site and c.guide), None)
             if call is None:
                 raise UserError(f"the guide wrote no site {site!r} (declare the model's `site`)")
             Tp = b.tgt_out.shape[1]
-            obs = sum(s_["fn"].log_prob(s_["value"]) for n, s_ in mt.items()
+            obs = sum(site_log_prob(s_, scaled=False) for n, s_ in mt.items()
                       if s_["type"] == "sample" and s_.get("is_observed") and n != site)
             return (_per_pair(mt, Bp) - lq, lq, _values(fam, call, g[site]["value"], Sp),
                     jnp.broadcast_to(obs, (Bp, Tp)))

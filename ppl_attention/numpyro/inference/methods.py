@@ -50,6 +50,7 @@ from ...core.methods import METHOD_SPECS, MethodSpec, method_spec
 from ...core.schedules import kl_annealing
 from ...errors import UserError
 from ..families import Family, make_family
+from ..traces import replay, site_log_prob
 
 PLATES = 2
 
@@ -102,15 +103,41 @@ class Method:
         return "elbo"
 
     def elbo(self):
+        """NumPyro's ELBO object of the method's objective (``TraceMeanField_ELBO``, …); for
+        ``Trace_ELBO`` the equivalent :class:`TraceELBO`, which replays the guide's draws into
+        the model with their intermediates."""
         if self.loss_kind != "elbo":
             raise UserError(f"{self.name} trains with {self.loss_kind} loss, not an ELBO object")
         return make_elbo(self.elbo_name)
 
 
 def make_elbo(name: str):
-    """A NumPyro ELBO by its class name (only TraceEnum_ELBO takes ``max_plate_nesting``)."""
+    """A NumPyro ELBO by its class name (only TraceEnum_ELBO takes ``max_plate_nesting``);
+    ``Trace_ELBO`` is :class:`TraceELBO`."""
     cls = _ELBOS[name]
+    if cls is Trace_ELBO:
+        return TraceELBO()
     return cls(max_plate_nesting=PLATES) if cls is TraceEnum_ELBO else cls()
+
+
+class TraceELBO:
+    """NumPyro's ``Trace_ELBO`` with one particle — log p(y, z | x) − log q(z | x, y) at one
+    draw z ~ q, every site's log-density summed (scaled) —, the draw replayed into the model
+    with its intermediates (:func:`ppl_attention.numpyro.traces.replay`): a relaxed draw is
+    scored by its exact logarithm on both sides, where NumPyro's replay would score its
+    underflowed value in the model."""
+
+    def loss(self, rng_key, params, model, guide, *args, **kwargs):
+        model_key, guide_key = jax.random.split(rng_key)
+        g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), guide_key)
+                           ).get_trace(*args, **kwargs)
+        m = handlers.trace(handlers.seed(replay(handlers.substitute(model, data=params), g),
+                                         model_key)).get_trace(*args, **kwargs)
+        log_p = sum((site_log_prob(s).sum() for s in m.values() if s["type"] == "sample"),
+                    jnp.zeros(()))
+        log_q = sum((site_log_prob(s).sum() for s in g.values()
+                     if s["type"] == "sample" and not s["is_observed"]), jnp.zeros(()))
+        return -(log_p - log_q)
 
 
 METHODS: dict[str, Method] = {name: Method(spec) for name, spec in METHOD_SPECS.items()
@@ -127,9 +154,7 @@ def get_method(name: str) -> Method:
 
 
 def _site_terms(trace, name):
-    site = trace[name]
-    lp = site["fn"].log_prob(site["value"])
-    return lp * site["scale"] if site.get("scale") is not None else lp
+    return site_log_prob(trace[name])
 
 
 def _token_terms(trace, batch, skip=()):
@@ -167,7 +192,7 @@ def score_function_loss(rng_key, params, model, guide, batch, baseline, site: st
     """
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
                        ).get_trace(batch)
-    m = handlers.trace(handlers.seed(handlers.replay(handlers.substitute(model, data=params), g),
+    m = handlers.trace(handlers.seed(replay(handlers.substitute(model, data=params), g),
                                      rng_key)).get_trace(batch)
     log_q = _site_terms(g, site)
     log_p = _token_terms(m, batch)
@@ -193,7 +218,7 @@ def score_function_kl_loss(rng_key, params, model, guide, batch, baseline, site:
     r_b the pair's log p(y_b | z), b_b its baseline (per token ``[B, T]`` summed, or 0)."""
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
                        ).get_trace(batch)
-    m = handlers.trace(handlers.seed(handlers.replay(handlers.substitute(model, data=params), g),
+    m = handlers.trace(handlers.seed(replay(handlers.substitute(model, data=params), g),
                                      rng_key)).get_trace(batch)
     B = batch.tgt_out.shape[0]
     q, p = g[site], m[site]
@@ -204,7 +229,7 @@ def score_function_kl_loss(rng_key, params, model, guide, batch, baseline, site:
                  if s["type"] == "sample" and n != site)
     elbo = reward.sum() - kl.sum()
     b = _per_pair(baseline, B) if jnp.ndim(baseline) else 0.0
-    log_q = _per_pair(q["fn"].log_prob(q["value"]), B)
+    log_q = _per_pair(site_log_prob(q, scaled=False), B)
     surrogate = elbo + (jax.lax.stop_gradient(reward - b) * log_q).sum()
     return -surrogate, -elbo
 

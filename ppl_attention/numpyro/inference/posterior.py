@@ -28,6 +28,7 @@ from ..models.base import (
     prior_probs,
     substitute_params,
 )
+from ..traces import replay, site_log_prob
 from .evaluate import MULTIPLE, jitted, log_importance_weights, model_and_params
 
 __all__ = ["alignment_arrays", "diagnostic_arrays", "observed_log_likelihood"]
@@ -38,7 +39,7 @@ def _observed(trace, skip: str):
     total = 0.0
     for name, site in trace.items():
         if site["type"] == "sample" and site["is_observed"] and name != skip:
-            total = total + site["fn"].log_prob(site["value"])
+            total = total + site_log_prob(site, scaled=False)
     return total
 
 
@@ -115,7 +116,7 @@ def _arrays_fn(model, K: int, post: str, kind: str, with_q: bool):
                     g = handlers.trace(handlers.seed(substitute_params(guide, params), ka)
                                        ).get_trace(b)
                 w_q = _site_call(calls, site).weights
-                replayed = handlers.trace(handlers.seed(handlers.replay(
+                replayed = handlers.trace(handlers.seed(replay(
                     substitute_params(model.model, params), g), ka)).get_trace(b)
                 ll = jnp.broadcast_to(_observed(replayed, site), (B, T))
                 with recording() as calls:
@@ -186,7 +187,7 @@ def _tree_arrays(run, model, params, batch, jb, K: int, seed: int) -> dict:
 
         def one(k):
             g = handlers.trace(handlers.seed(substitute_params(guide, params), k)).get_trace(jb)
-            replayed = handlers.trace(handlers.seed(handlers.replay(
+            replayed = handlers.trace(handlers.seed(replay(
                 substitute_params(model.model, params), g), k)).get_trace(jb)
             v = g[site]["value"]
             return v.reshape(Bp, -1, S)[:, 0], jnp.broadcast_to(_observed(replayed, site),

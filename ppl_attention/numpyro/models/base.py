@@ -60,6 +60,7 @@ from numpyro.distributions import biject_to, constraints
 from ...contract import CAPABILITIES, RecordsConfig, capabilities, check_shape, declared, require
 from ...core.methods import POSTERIORS
 from ...errors import MissingCapability, UserError
+from ..traces import site_log_prob
 
 __all__ = ["AlignmentModel", "init_params", "constrain", "unconstrain", "call",
            "exact_token_log_likelihood", "exact_posterior", "posterior_samples", "prior_probs",
@@ -176,12 +177,6 @@ def call(fn, params: dict, *args, rng_key=None, **kwargs):
 
 # --- generic capability members -----------------------------------------------------------
 
-def _site_log_prob(site):
-    lp = site["fn"].log_prob(site["value"])
-    scale = site.get("scale")
-    return lp if scale is None else lp * scale
-
-
 def _enumerated_joint(model, params, batch, globals_: dict | None = None):
     """log p(y_t, z_t = j | x, y<t) ``[S, B, T]`` (the model run with its alignment site
     enumerated by ``numpyro.contrib.funsor.enum``), or ``[B, T]`` when nothing is enumerated (a
@@ -214,7 +209,7 @@ def _enumerated_joint(model, params, batch, globals_: dict | None = None):
                 f"{name}: the latent site {n!r} is neither observed nor enumerated, so the "
                 f"generic exact likelihood does not apply (declare it in `latents`, or "
                 f"implement exact_token_log_likelihood)")
-        lp = _site_log_prob(site)
+        lp = site_log_prob(site)
         if lp.ndim < 2 or tuple(lp.shape[-2:]) != (B, T):
             raise MissingCapability(
                 f"{name}: site {n!r} has log-density of shape {list(lp.shape)}; the generic "
