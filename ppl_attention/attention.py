@@ -17,7 +17,7 @@ import torch
 from pyro.infer.util import is_validation_enabled
 
 from .core.records import AttendRecord, record, recording
-from .errors import UserError
+from .errors import NonFiniteScores, UserError
 from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord"]
@@ -85,7 +85,7 @@ def _check_inputs(scores, values) -> None:
     bad = ~torch.isfinite(scores)
     if bad.any():
         n_nan = int(torch.isnan(scores).sum())
-        raise UserError(
+        raise NonFiniteScores(
             f"scores must be finite: {n_nan} NaN and {int(bad.sum()) - n_nan} ±inf entries in "
             f"scores {_shape(scores)} (exclude positions with mask=, not with -inf)"
         )

@@ -8,7 +8,7 @@ so ``except ValueError`` keeps working). The command line prints a ``UserError``
 
 from __future__ import annotations
 
-__all__ = ["UserError", "DataError", "MissingCapability", "UnsafeCheckpoint"]
+__all__ = ["UserError", "DataError", "MissingCapability", "UnsafeCheckpoint", "NonFiniteScores"]
 
 
 class UserError(ValueError):
@@ -27,3 +27,9 @@ class MissingCapability(UserError):
 class UnsafeCheckpoint(UserError):
     """A checkpoint holds something other than plain data (tensors, numbers, strings, lists,
     dicts): it is refused without running it."""
+
+
+class NonFiniteScores(UserError):
+    """Attention or arc scores that are not finite. Before training it is bad input (a model
+    masking with −inf); once training has changed the weights, the training loops report it as
+    divergence (:mod:`ppl_attention.core.divergence`)."""

@@ -47,7 +47,7 @@ def evaluate(run, batches: list, gold: list | None = None,
     report = {
         "method": run.method,
         "nll_per_token": nll,
-        "ppl": math.exp(nll),
+        "ppl": math.exp(nll) if nll < 709 else math.inf,  # e^709 is the largest float
         "exact": "exact-likelihood" in caps,
         "n_pairs": sum(b.size for b in batches),
         "n_tokens": n_tokens,

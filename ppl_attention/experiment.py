@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .backends import get_backend
 from .contract import check_method, declared, model_backend
+from .core.divergence import Diverged, check_figure, hint
 from .core.global_methods import is_global_method
 from .core.methods import method_spec as get_method
 from .core.training import TRAINING_DEFAULTS, training_options
@@ -25,10 +26,10 @@ from .devices import describe, jax_default_device, torch_device
 from .errors import MissingCapability, UserError
 from .evaluation import evaluate
 from .registry import load_model_class
-from .runs import COMPLETE, PARTIAL, Run
+from .runs import COMPLETE, PARTIAL, Run, check_not_diverged
 
 __all__ = ["Experiment", "train_one", "check_experiment", "report", "eval_batches",
-           "best_weights"]
+           "best_weights", "ReportFailed", "check_report"]
 
 
 @dataclass
@@ -200,6 +201,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
     data = kind.load(exp.source())
     resume = None
     out = Path(out)
+    if exp.resume:
+        check_not_diverged(out)
     if exp.resume and ((out / COMPLETE).exists() or (out / PARTIAL).exists()):
         resume = Run.load(out, which="last", partial=True, model_class=cls)
     device = describe(exp.device, backend_name)  # what the run directory records
@@ -250,24 +253,74 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
     place = jax_default_device(exp.device) if backend_name == "numpyro" else \
         contextlib.nullcontext()
     with place:
-        run = backend.fit(model, train, method, seed=seed,
-                          src_vocab=data.vocabs.get("src_vocab"),
-                          tgt_vocab=data.vocabs.get("tgt_vocab"), valid=valid, resume=resume,
-                          progress=progress, out=out if exp.checkpoint_every else None,
-                          checkpoint_every=exp.checkpoint_every,
-                          config={"data": source, "batch_size": opts["batch_size"],
-                                  "device": device},
-                          model_spec=_model_spec(exp), **train_opts, **extra)
+        try:
+            run = backend.fit(model, train, method, seed=seed,
+                              src_vocab=data.vocabs.get("src_vocab"),
+                              tgt_vocab=data.vocabs.get("tgt_vocab"), valid=valid,
+                              resume=resume, progress=progress,
+                              out=out if exp.checkpoint_every else None,
+                              checkpoint_every=exp.checkpoint_every,
+                              config={"data": source, "batch_size": opts["batch_size"],
+                                      "device": device},
+                              model_spec=_model_spec(exp), **train_opts, **extra)
+        except Diverged as stop:
+            if stop.run is not None and (distributed is None or distributed.main):
+                stop.run.save(out, diverged=stop)
+            raise
         if distributed is not None and not distributed.main:
             return run, None  # rank 0 evaluates and writes the run directory
+        run.save(out)  # the trained run first: a report that fails below loses nothing
         with best_weights(run):
-            rep = report(run, data.test, source, backend=backend_name)
+            try:
+                rep = report(run, data.test, source, backend=backend_name)
+            except (UserError, Diverged):
+                raise
+            except Exception as e:
+                raise ReportFailed(out, e) from e
     for key in ("ms_per_step", "ms_per_step_compiled", "compilations", "compile_seconds"):
         if key in run.extra:
             rep[key] = run.extra[key]
     run.extra["test_report"] = rep
+    check_report(run, rep, out, discrete=kind.discrete_observations)
     run.save(out)  # the last weights, for --resume
     return run, rep
+
+
+class ReportFailed(Exception):
+    """The run trained and is written (complete, usable by every tool), but its test report
+    failed — in the model's own ``extra_report`` or a scoring step. Not bad input: the cause is
+    chained, its traceback kept."""
+
+    def __init__(self, out, cause: BaseException):
+        self.out, self.cause = out, cause
+        where = "the model's extra_report" if _in_extra_report(cause) else "the test report"
+        super().__init__(f"{out}: the run is trained and written (COMPLETE, usable by every "
+                         f"tool); {where} failed: {type(cause).__name__}: {cause}")
+
+
+def _in_extra_report(e: BaseException) -> bool:
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "extra_report":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def check_report(run: Run, rep: dict, out, discrete: bool = True) -> None:
+    """A test report whose NLL/token is not finite, or impossible for discrete observations,
+    marks the run DIVERGED (written to ``out``) and raises
+    :class:`~ppl_attention.core.divergence.Diverged`."""
+    if "nll_per_token" not in rep:
+        return
+    try:
+        check_figure(run.step, run.method, "test NLL per token", rep["nll_per_token"],
+                     discrete=discrete, advice=hint(get_method(run.method), run.config.get("lr")))
+    except Diverged as stop:
+        stop.kept, stop.run = run.step, run
+        run.extra["diverged"] = stop.record()
+        run.save(out, diverged=stop)
+        raise
 
 
 def _train_global(exp: Experiment, cls, kind, source: dict, method: str, seed: int, out: Path,

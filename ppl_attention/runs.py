@@ -13,6 +13,11 @@ trained the run. ``config.json`` names the model's class
 loaded from); loading imports that class as ``--model`` would, never a file inside the run
 directory.
 
+A run whose training diverged (:mod:`ppl_attention.core.divergence`) is written with its last
+finite weights and marked ``DIVERGED`` instead of ``COMPLETE``: the marker holds the step, the
+method, what was not finite (or impossible) and its value, as JSON. Every tool refuses such a
+run with that reason (:func:`check_not_diverged`); every JSON file is strict JSON.
+
 Below both backends: a NumPyro model's run is read and written without torch, which only a
 Pyro model's checkpoint loads.
 """
@@ -27,16 +32,44 @@ from pathlib import Path
 
 from .backends import get_backend
 from .contract import model_backend
+from .core import jsonio
 from .core.arrays import load_arrays, save_arrays
+from .core.divergence import Diverged
 from .data.corpus import write_directory_atomically
 from .data.vocab import Vocab
 from .errors import UnsafeCheckpoint, UserError
 from .registry import load_model_class, model_spec_of
 
-__all__ = ["Run", "COMPLETE", "PARTIAL", "run_extra", "read_config", "load_checkpoint"]
+__all__ = ["Run", "COMPLETE", "PARTIAL", "DIVERGED", "run_extra", "read_config",
+           "load_checkpoint", "divergence_of", "check_not_diverged", "DivergedRun"]
 
 COMPLETE = "COMPLETE"
 PARTIAL = "PARTIAL"  # a periodic checkpoint of a run still training: resumable, not evaluable
+DIVERGED = "DIVERGED"  # training stopped on a non-finite or impossible number: refused by tools
+
+
+class DivergedRun(UserError):
+    """A tool was handed a run directory whose training diverged."""
+
+
+def divergence_of(path) -> dict | None:
+    """The ``DIVERGED`` record of a run directory, or None when it did not diverge."""
+    marker = Path(path) / DIVERGED
+    if not marker.exists():
+        return None
+    try:
+        return json.loads(marker.read_text() or "{}")
+    except ValueError:
+        return {"message": f"{marker}: unreadable"}
+
+
+def check_not_diverged(path) -> None:
+    """Refuse a diverged run directory, naming its step, method and value."""
+    rec = divergence_of(path)
+    if rec is not None:
+        what = rec.get("message") or Diverged.from_record(rec).message()
+        raise DivergedRun(f"{path}: {what}; retrain it (a diverged run is not evaluated, "
+                          f"aligned or analysed)")
 
 
 @dataclass
@@ -61,10 +94,12 @@ class Run:
         backend trained it; ``"numpyro"`` for a NumPyro model)."""
         return model_backend(self.model)
 
-    def save(self, path: str | os.PathLike, complete: bool = True) -> Path:
+    def save(self, path: str | os.PathLike, complete: bool = True,
+             diverged: Diverged | None = None) -> Path:
         """Write the run directory atomically: a temporary sibling, then one rename. With
         ``complete=False`` (a periodic checkpoint) it is marked PARTIAL: ``train --resume``
-        continues it, ``evaluate`` refuses it."""
+        continues it, ``evaluate`` refuses it. With ``diverged`` it is marked DIVERGED (the
+        record of the stop, as JSON): every tool refuses it."""
         spec = self.model_spec or model_spec_of(type(self.model))
         if not isinstance(getattr(self.model, "config", None), dict):
             raise UserError(f"{type(self.model).__name__} has no `config` dict (subclass "
@@ -75,7 +110,7 @@ class Run:
                   "src_vocab": self.src_vocab.to_list() if self.src_vocab else None,
                   "tgt_vocab": self.tgt_vocab.to_list() if self.tgt_vocab else None}
         try:
-            text = json.dumps(config, indent=1)
+            text = jsonio.dumps(config, indent=1)
         except TypeError as e:
             raise UserError(f"{type(self.model).__name__}.config must hold JSON values (it "
                             f"rebuilds the model from a run directory): {e}") from None
@@ -98,7 +133,7 @@ class Run:
                         "posterior": self.samples,
                         "sample_stats": self.extra.get("sample_stats")})
                 try:
-                    state = json.dumps({"step": self.step, "extra": extra}, indent=1)
+                    state = jsonio.dumps({"step": self.step, "extra": extra}, indent=1)
                 except TypeError as e:
                     raise UserError(f"run.extra must hold JSON values for a NumPyro run: "
                                     f"{e}") from None
@@ -118,12 +153,13 @@ class Run:
                         "compile_seconds"):
                 if key in self.extra:
                     metrics[key] = self.extra[key]
-            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
+            (tmp / "metrics.json").write_text(jsonio.dumps(metrics, indent=1))
             if self.history:
-                from .plots import plot_learning_curve
-
-                plot_learning_curve(self.history, tmp / "learning_curve.png", title=self.method)
-            (tmp / (COMPLETE if complete else PARTIAL)).write_text("")
+                _learning_curve(self.history, tmp / "learning_curve.png", self.method)
+            if diverged is not None:
+                (tmp / DIVERGED).write_text(jsonio.dumps(diverged.record(), indent=1) + "\n")
+            else:
+                (tmp / (COMPLETE if complete else PARTIAL)).write_text("")
 
         return write_directory_atomically(path, fill)
 
@@ -137,6 +173,7 @@ class Run:
         trained on any device loads on any other; a NumPyro model's arrays go where JAX's
         default device is when they are used)."""
         path = Path(path)
+        check_not_diverged(path)
         if not (path / COMPLETE).exists() and not (partial and (path / PARTIAL).exists()):
             raise UserError(f"{path}: not a complete run directory (no {COMPLETE} marker)")
         cfg = read_config(path)
@@ -183,6 +220,20 @@ class Run:
                  for k in ("src_vocab", "tgt_vocab")}
         return cls(model, cfg["method"], vocab["src_vocab"], vocab["tgt_vocab"], cfg["train"],
                    history, step, optimizer, rng, extra, spec, params, samples)
+
+
+def _learning_curve(history: list, path: Path, method: str) -> None:
+    """The learning curve's figure; a failure to draw it is named on stderr and leaves the run
+    directory complete (the figure is a view of ``metrics.json``, which is written)."""
+    try:
+        from .plots import plot_learning_curve
+
+        plot_learning_curve(history, path, title=method)
+    except Exception as e:  # a figure must not lose the run it shows
+        import sys
+
+        print(f"warning: {path.name} not drawn ({type(e).__name__}: {e}); the run directory "
+              f"is complete, its numbers are in metrics.json", file=sys.stderr)
 
 
 def _read_json(path: Path) -> dict:

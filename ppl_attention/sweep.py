@@ -4,6 +4,9 @@ one after another in this process, ``--jobs N`` at a time in worker processes, o
 
 A job that fails is reported with its error and the others finish; a rerun of the same command
 skips every job whose run directory is complete (resume), so nothing finished is lost or redone.
+A job whose training diverged (:mod:`ppl_attention.core.divergence`) is a result too: its row
+says "diverged at step N", it is left out of the figures, and a rerun keeps it (the same options
+would diverge again; sweep ``--set lr=…`` to try others).
 ``ppl-attention compare`` and ``ppl-attention sweep`` are this machinery.
 
 Ray jobs train in a temporary directory on whichever node runs them and send the run directory
@@ -27,10 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .core import jsonio
+from .core.divergence import Diverged
 from .data.corpus import atomic_write_text, write_directory_atomically
 from .devices import job_device
 from .errors import UserError
-from .runs import COMPLETE, PARTIAL, run_extra
+from .runs import COMPLETE, DIVERGED, PARTIAL, divergence_of, run_extra
 
 #: options a ``--set key=v1,v2`` may sweep besides the training, model and data options
 SETTABLE_OTHER = ("backend", "devices", "task_seed")
@@ -139,7 +144,7 @@ def job_args(args, job: Job):
 
 def check_run_dir(path: Path) -> None:
     """Refuse to write a run over a directory that is not one (nothing already written is lost)."""
-    if path.exists() and not (path / COMPLETE).exists() and not (path / PARTIAL).exists() \
+    if path.exists() and not any((path / m).exists() for m in (COMPLETE, PARTIAL, DIVERGED)) \
             and (not path.is_dir() or any(path.iterdir())):
         raise FileExistsError(f"{path}: exists and is not a run directory; refusing to "
                               f"overwrite it (move it away and rerun)")
@@ -227,8 +232,28 @@ def against_nuts(out: Path, jobs: list, results: list[dict]) -> None:
     atomic_write_text(out / "against_nuts.md", "\n".join(lines) + "\n")
 
 
+def diverged_result(stop: Diverged | dict, history: list | None = None) -> dict:
+    """A diverged job's result: its record, the one-line reason, the history up to the stop."""
+    rec = stop.record() if isinstance(stop, Diverged) else dict(stop)
+    return {"status": "diverged", "diverged": rec, "history": history or [],
+            "error": f"diverged at step {rec.get('step')}: {rec.get('what')} = "
+                     f"{_short(rec.get('value'))}"}
+
+
+def _short(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def completed(path: Path) -> dict | None:
-    """The result of a finished job read back from its run directory, or None if unfinished."""
+    """The result of a finished job read back from its run directory (a diverged one too), or
+    None if unfinished."""
+    rec = divergence_of(path)
+    if rec is not None:
+        try:
+            history = json.loads((path / "metrics.json").read_text())["history"]
+        except (OSError, ValueError, KeyError):
+            history = []
+        return {**diverged_result(rec, history), "resumed": True}
     if not (path / COMPLETE).exists():
         return None
     try:
@@ -291,6 +316,14 @@ def run_job(train_fn: Callable, args, job: Job, run_dir: str, threads: int | Non
             files = {str(p.relative_to(root)): p.read_bytes()
                      for p in sorted(root.rglob("*")) if p.is_file()}
         return {"status": "ok", "report": report, "history": run.history, "files": files}
+    except Diverged as stop:  # its run directory is written, marked DIVERGED
+        res = diverged_result(stop, stop.run.history if stop.run is not None else [])
+        if ship and stop.run is not None:
+            with tempfile.TemporaryDirectory(prefix="ppl-attention-job-") as tmp:
+                root = stop.run.save(Path(tmp) / "run", diverged=stop)
+                res["files"] = {str(p.relative_to(root)): p.read_bytes()
+                                for p in sorted(root.rglob("*")) if p.is_file()}
+        return res
     except Exception as e:  # the job's failure is its result; the sweep goes on
         return failed(e, traceback.format_exc())
 
@@ -397,13 +430,13 @@ def execute(train_fn: Callable, args, jobs: list[Job], out: Path, *, workers: in
               f"{out}/runs: kept", file=sys.stderr)
 
     def finish(i, res):
-        if res["status"] == "ok" and "files" in res:
+        if res["status"] in ("ok", "diverged") and "files" in res:
             try:
                 write_run_dir(out / "runs" / jobs[i].name, res.pop("files"))
             except OSError as e:
                 res = failed(e, traceback.format_exc())
         log = out / "errors" / f"{jobs[i].name}.txt"  # a failed job's traceback, till it works
-        if res["status"] == "ok":
+        if res["status"] in ("ok", "diverged"):
             log.unlink(missing_ok=True)
         else:
             log.parent.mkdir(exist_ok=True)
@@ -548,8 +581,15 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                + "".join(f" {heads[c]} |" for c in decoded)
                + (" calibration min p | coverage 90 % |" if cal else ""),
                "|---|---|---|---|---|---|" + "---|" * len(decoded) + ("---|---|" if cal else "")]
+    gone = [(j, r) for j, r in zip(jobs, results) if r["status"] == "diverged"]
+    gone_steps = {}
+    for j, r in gone:
+        gone_steps.setdefault(j.label, []).append(str(r["diverged"].get("step")))
     for s in summary:
         seeds_note = "" if s["n"] == seeds else f" ({s['n']} of {seeds} seeds)"
+        if s["method"] in gone_steps:
+            seeds_note = (f" ({s['n']} of {seeds} seeds; diverged at step "
+                          f"{', '.join(gone_steps[s['method']])})")
         if bayes:
             md.append(f"| {s['method']}{seeds_note} | " + " | ".join(
                 fmt(s[c], d) for c, d in zip(["nll_per_token", "aer"] + GLOBAL_COLUMNS,
@@ -565,11 +605,20 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                   f"{fmt(s['ms_per_step'], 1)} |"
                   + "".join(f" {fmt(s[c])} |" for c in decoded)
                   + (f" {fmt(s['cal_p_min'])} | {fmt(s['cal_cov_90'])} |" if cal else ""))
+    columns_in_table = md[2].count("|") - 1
+    for label, at in gone_steps.items():
+        if not any(s_["method"] == label for s_ in summary):  # every seed diverged
+            md.append(f"| {label} | diverged at step {', '.join(at)} |"
+                      + " — |" * (columns_in_table - 2))
     if not bayes and not labelled and cal and any(rep.get("cal_none") for rep in reports):
         md += ["", "Calibration `—`: the method's family samples nothing (soft attention, CRF "
                "marginals) or sums a Markov chain out exactly; there is no posterior to "
                "calibrate."]
-    bad = [(j, r) for j, r in zip(jobs, results) if r["status"] != "ok"]
+    if gone:
+        md += ["", "Diverged runs (left out of the means and the figures; their run directories "
+               "are marked DIVERGED — try a smaller learning rate, `--set lr=…`):", ""]
+        md += [f"- `{j.name}`: {r['error']}" for j, r in gone]
+    bad = [(j, r) for j, r in zip(jobs, results) if r["status"] == "failed"]
     if bad:
         md += ["", "Failed jobs (rerun the same command to run only these):", ""]
         md += [f"- `{j.name}`: {r['error']} (traceback: `errors/{j.name}.txt`)" for j, r in bad]
@@ -593,11 +642,15 @@ def check_sweep_dir(out: Path, fixed: dict) -> None:
         except ValueError:
             raise UserError(f"{path}: not valid JSON; move it away or use another --out") \
                 from None
-        diff = [k for k in fixed if k in old and old[k] != fixed[k]]
+        # an option missing on one side is its default there (a run without --lr against one
+        # with --lr 0.05 is another experiment, not the same one resumed)
+        diff = sorted(k for k in set(old) | set(fixed) if old.get(k) != fixed.get(k))
         if diff:
-            was = ", ".join(f"{k}={old[k]!r}" for k in diff)
-            now = ", ".join(f"{k}={fixed[k]!r}" for k in diff)
+            def show(d, k):
+                return f"{k}={d[k]!r}" if d.get(k) is not None else f"{k} (default)"
+
+            was = ", ".join(show(old, k) for k in diff)
+            now = ", ".join(show(fixed, k) for k in diff)
             raise UserError(f"{out} holds a sweep made with {was}; this one asks {now} — use "
                              f"another --out, or the same options to resume it")
-        fixed = {**old, **fixed}
-    atomic_write_text(path, json.dumps(fixed, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(path, jsonio.dumps(fixed, indent=1, sort_keys=True) + "\n")

@@ -51,7 +51,7 @@ from torch.distributions import constraints, register_kl
 
 from .core.trees import check_trees, chu_liu_edmonds, enumerate_trees
 from .distributions import categorical_draws
-from .errors import UserError
+from .errors import NonFiniteScores, UserError
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
@@ -238,7 +238,7 @@ class DependencyTree(TorchDistribution):
             bad = real_arc & ~torch.isfinite(scores)
             if bad.any():
                 where = [int(i) for i in bad.nonzero()[0]]
-                raise UserError(f"DependencyTree: scores must be finite at real arcs; "
+                raise NonFiniteScores(f"DependencyTree: scores must be finite at real arcs; "
                                 f"{int(bad.sum())} are not (first at index {where}; give padded "
                                 f"positions through lengths=)")
         self.scores = scores

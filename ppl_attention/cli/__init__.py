@@ -8,7 +8,12 @@ training options with the model's defaults. An option the model does not have is
 
 Bad input — a malformed file, an unknown name, an option that does not apply, a model that lacks
 what a command needs — ends with one ``error: …`` line naming what and where, and exit status
-2, before any work. Anything else is a bug and keeps its traceback.
+2, before any work. Training that diverges (a non-finite loss or gradient, an impossible
+figure: :mod:`ppl_attention.core.divergence`) ends with one ``error: training diverged at step
+N …`` line, the run written marked DIVERGED, exit status 3. A run that trained but whose test
+report failed (the model's own ``extra_report``, say) is written complete; the failure's
+traceback and one ``error:`` line naming it follow, exit status 1. Anything else is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import contextlib
 import sys
 
+from ..core.divergence import EXIT_DIVERGED, Diverged
 from ..errors import UserError
 from . import analyze, evaluate, sample, sweep, train, twin, wordalign
 from .options import peek_model
@@ -72,6 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Diverged as e:
+        print(f"error: {e.message()}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except Exception as e:
+        from ..experiment import ReportFailed
+
+        if not isinstance(e, ReportFailed):
+            raise
+        import traceback
+
+        traceback.print_exception(e.cause, file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else 2
 

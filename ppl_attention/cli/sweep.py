@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from .. import sweep
-from ..contract import check_method, global_latents
+from ..backends import get_backend
+from ..contract import check_method, global_latents, model_backend
+from ..core.divergence import EXIT_DIVERGED
 from ..core.global_methods import global_methods_for
 from ..core.methods import METHOD_SPECS
 from ..core.progress import progress_bar
@@ -23,19 +25,28 @@ from .options import (
 )
 
 
-def supported_methods(cls) -> list[str]:
+def supported_methods(cls, backend: str | None = None) -> list[str]:
     """The registry's methods this model class can be trained by (a model with global latents:
-    the methods for them)."""
+    the methods for them); with ``backend``, those that backend runs for it."""
+    return list(method_support(cls, backend)[0])
+
+
+def method_support(cls, backend: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """(the methods ``cls`` can be trained by under ``backend`` — its own backend when None —,
+    {method: why not} for the registry's other methods)."""
     if global_latents(cls):
-        return global_methods_for(cls)
-    out = []
+        return global_methods_for(cls), {}
+    ops = get_backend(backend or model_backend(cls))
+    ok, why = [], {}
     for name, spec in METHOD_SPECS.items():
         try:
             check_method(cls, spec)
-        except UserError:
+            ops.check(cls, name)
+        except UserError as e:
+            why[name] = str(e)
             continue
-        out.append(name)
-    return out
+        ok.append(name)
+    return ok, why
 
 
 def add_parsers(sub, model: str | None, command: str | None = None) -> None:
@@ -50,8 +61,9 @@ def add_parsers(sub, model: str | None, command: str | None = None) -> None:
             continue
         p = sub.add_parser(name, help=text, description=f"{text} (--model {model}).")
         add_model_flag(p)
-        p.add_argument("--methods", default=",".join(supported_methods(cls)),
-                       help="comma-separated methods (default: every method this model takes)")
+        p.add_argument("--methods", default=None,
+                       help="comma-separated methods (default: every method this model takes "
+                       "under its backend: " + ", ".join(supported_methods(cls)) + ")")
         p.add_argument("--seeds", type=int, default=1)
         p.add_argument("--set", action="extend", nargs="+", metavar="KEY=V1,V2",
                        help="sweep options over values: training, model or data options, "
@@ -78,7 +90,16 @@ def add_parsers(sub, model: str | None, command: str | None = None) -> None:
 
 def cmd_sweep(args) -> int:
     """``sweep`` / ``compare``: every (method, seed, setting) job, then one table and figures."""
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.methods is None:  # every method the model and its backend support; the rest said
+        cls = load_model_class(args.model)
+        methods, why = method_support(cls, args.backend)
+        if why and not global_latents(cls):
+            print(f"[{args.command}] default methods for {cls.__name__}"
+                  f"{' under ' + args.backend if args.backend else ''}: {', '.join(methods)}; "
+                  f"left out: " + "; ".join(f"{m} ({r})" for m, r in why.items()),
+                  file=sys.stderr)
+    else:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise UserError("--methods: give at least one method")
     if args.jobs < 1 or args.seeds < 1:
@@ -140,6 +161,8 @@ def _sweep(args, exp, jobs, settings, fixed, out: Path) -> int:
                      f"accuracy {r.get('accuracy', float('nan')):.3f}")
             msg = (f"[sweep] {j.label} seed {j.seed}: {score}"
                    + (f", AER {r['aer']:.3f}" if r.get("aer") is not None else ""))
+        elif res["status"] == "diverged":
+            msg = f"[sweep] DIVERGED {j.label} seed {j.seed}: {res['error']}"
         else:
             msg = f"[sweep] FAILED {j.label} seed {j.seed}: {res['error']}"
         bar.write(msg, file=sys.stderr)
@@ -160,9 +183,14 @@ def _sweep(args, exp, jobs, settings, fixed, out: Path) -> int:
     print("\n".join(md))
     print(f"wrote {out}/results.csv, results.md and figures; run directories in {out}/runs",
           file=sys.stderr)
-    bad = [j.name for j, r in zip(jobs, results) if r["status"] != "ok"]
+    bad = [j.name for j, r in zip(jobs, results) if r["status"] == "failed"]
+    gone = [j.name for j, r in zip(jobs, results) if r["status"] == "diverged"]
+    if gone:
+        print(f"error: {len(gone)} of {len(jobs)} runs diverged ({', '.join(gone)}): marked "
+              f"DIVERGED, left out of the table's means and the figures — try a smaller --lr",
+              file=sys.stderr)
     if bad:
         print(f"error: {len(bad)} of {len(jobs)} jobs failed ({', '.join(bad)}); the others are "
               f"complete — rerun the same command to run only the failed ones", file=sys.stderr)
         return 1
-    return 0
+    return EXIT_DIVERGED if gone else 0

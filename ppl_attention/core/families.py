@@ -60,6 +60,9 @@ class FamilySpec:
     latent_context: bool = False
     tree: bool = False
     params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
+    #: what is known to make training with this family diverge, and what to try (the
+    #: divergence message of a run quotes it)
+    instability: str = ""
 
     def validate(self, **kwargs) -> dict:
         """The family's full configuration: every parameter checked, defaults filled in."""
@@ -85,17 +88,28 @@ _TREE = {"projective": (True, _bool("projective")), "single_root": (True, _bool(
 
 FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
     FamilySpec("soft", deterministic=True),
-    FamilySpec("categorical", enumerable=True),
+    FamilySpec("categorical", enumerable=True,
+               instability="a sampled categorical guide's score-function gradient has high "
+               "variance (hard-sample, vae-sample): lower --lr or --clip, or enumerate "
+               "(hard-enum, vae-enum)"),
     FamilySpec("relaxed-categorical", reparameterized=True,
-               params={"temperature": (0.5, _positive("temperature"))}),
+               params={"temperature": (0.5, _positive("temperature"))},
+               instability="a low temperature makes the Concrete densities very peaked: raise "
+               "the temperature or lower --lr"),
     FamilySpec("dirichlet", reparameterized=True,
                params={"concentration": (1.0, _positive("concentration")),
-                       "eps": (1e-3, _positive("eps"))}),
+                       "eps": (1e-3, _positive("eps"))},
+               instability="q's concentrations fall to eps as its scores spread, where the "
+               "Gamma draws and their gradients are extreme: lower --lr or --clip"),
     FamilySpec("weibull", reparameterized=True, normalizes=True,
-               params={"k": (10.0, _positive("k")), "beta": (1.0, _positive("beta")), **_BAM}),
+               params={"k": (10.0, _positive("k")), "beta": (1.0, _positive("beta")), **_BAM},
+               instability="a large k makes the Weibull nearly deterministic and its KL to the "
+               "Gamma prior steep: lower --lr, or anneal the KL longer (--anneal-rho)"),
     FamilySpec("lognormal", reparameterized=True, normalizes=True,
                params={"sigma": (0.5, _positive("sigma")),
-                       "prior_sigma": (1.0, _positive("prior_sigma")), **_BAM}),
+                       "prior_sigma": (1.0, _positive("prior_sigma")), **_BAM},
+               instability="a small sigma makes the LogNormal KL steep: lower --lr, or anneal "
+               "the KL longer (--anneal-rho)"),
     FamilySpec("gaussian-context", reparameterized=True, latent_context=True,
                params={"prior": ("values-mean", _choice("prior", ("zero", "values-mean", "soft"))),
                        "prior_scale": (1.0, _positive("prior_scale")),
@@ -103,7 +117,9 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
     FamilySpec("markov-categorical", enumerable=True, markov=True,
                params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
     FamilySpec("segment-crf", deterministic=True),
-    FamilySpec("tree", tree=True, params=_TREE),
+    FamilySpec("tree", tree=True, params=_TREE,
+               instability="a sampled tree's score-function gradient has high variance: lower "
+               "--lr or --clip"),
     FamilySpec("tree-marginals", tree=True, deterministic=True, params=_TREE),
 ]}
 

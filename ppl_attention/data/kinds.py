@@ -87,6 +87,9 @@ class DataKind:
     tasks: tuple[str, ...] = ()
     options: dict[str, tuple[object, str, type]] = {}  # name → (default, help, type)
     token_data = True  # scored by likelihood per token (else by the model's own report)
+    #: the observations are discrete (tokens, labels): an NLL below 0 is impossible
+    #: (:mod:`ppl_attention.core.divergence`)
+    discrete_observations = True
 
     def source(self, task=None, data_dir=None, task_seed: int = 0, **options) -> dict:
         """The recorded data source, checked: a built-in task of this kind or a data dir."""

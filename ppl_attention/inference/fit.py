@@ -13,10 +13,12 @@ import pyro
 import torch
 from pyro import poutine
 
+from ..core.divergence import Diverged, check_figure, check_step, hint
 from ..core.progress import progress_bar
 from ..core.schedules import LR_SCHEDULES, batch_order
 from ..core.training import check_resume_steps, training_options
-from ..errors import UserError
+from ..data.kinds import data_kind
+from ..errors import NonFiniteScores, UserError
 from ..models.base import check_method, declared
 from ..models.device import model_device
 from ..runs import Run
@@ -98,6 +100,12 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
     ``torchrun`` launch): each rank differentiates its shard of every batch inside
     ``DistributedDataParallel`` — the same parameters, step by step, as one process on the
     whole batch; rank 0 alone validates, shows progress and writes ``out``.
+
+    Divergence (:mod:`ppl_attention.core.divergence`): every step's loss and gradient norm are
+    checked before the update, every validation NLL when it is computed; a non-finite or
+    impossible one — or attention scores that stop being finite after training began — stops
+    the run with :class:`~ppl_attention.core.divergence.Diverged`. The weights are those before
+    the failing step; with ``out`` the run directory is written marked DIVERGED first.
     """
     opts = training_options(type(model), steps=steps, lr=lr, lr_schedule=lr_schedule,
                             valid_every=valid_every, kl_weight=kl_weight, anneal_rho=anneal_rho,
@@ -169,19 +177,43 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
         if device.type == "cuda":  # draws on a GPU come from its own generator
             run.rng_state["cuda"] = torch.cuda.get_rng_state_all()
 
-    for step in bar:
-        epoch, pos = divmod(step, len(train))
-        batch = train[batch_order(len(train), seed, epoch)[pos]]
+    discrete = data_kind(declared(model, "data")).discrete_observations
+    advice = hint(m.spec, lr)
+    own_validation = callable(getattr(model, "validation_loss", None))
+
+    def train_step(step: int, batch) -> float:
         for group in optimizer.param_groups:
             group["lr"] = lr * LR_SCHEDULES[lr_schedule](step, steps)
         optimizer.zero_grad()
-        if step_fn is None:
-            loss = objective.loss_and_grads(model, batch, step) / batch.n_tokens
-        else:
-            loss = step_fn(batch, step)
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        try:
+            if step_fn is None:
+                loss = objective.loss_and_grads(model, batch, step) / batch.n_tokens
+            else:
+                loss = step_fn(batch, step)
+        except NonFiniteScores as e:  # weights training made: divergence, not bad input
+            if step == start:
+                raise
+            raise Diverged(step + 1, method, "attention scores", "nan", hint=advice) from e
+        except ValueError as e:  # torch's validation of a distribution's non-finite parameter
+            if step == start or "invalid values" not in str(e):
+                raise
+            raise Diverged(step + 1, method, "a distribution's parameters", "nan",
+                           hint=advice) from e
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip or float("inf"))
+        check_step(step + 1, method, loss, float(norm), discrete=discrete, advice=advice,
+                   first_loss=run.extra.get("first_loss"))
+        run.extra.setdefault("first_loss", float(loss))
         optimizer.step()
+        return loss
+
+    for step in bar:
+        epoch, pos = divmod(step, len(train))
+        batch = train[batch_order(len(train), seed, epoch)[pos]]
+        try:
+            loss = train_step(step, batch)
+        except Diverged as stop:
+            _stop(run, stop, step, snapshot, out, model)
+            raise
         tokens += batch.n_tokens
         record = {"step": step + 1, "train_loss": loss}
         kl = objective.kl(step)
@@ -192,6 +224,14 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
             with torch.random.fork_rng():  # validation draws must not shift the training RNG
                 record["valid_nll"] = v = objective.validate(run, valid)
             model.train()
+            try:
+                check_figure(step + 1, method, "validation loss" if own_validation
+                             else "validation NLL per token", v,
+                             discrete=discrete and not own_validation, advice=advice)
+            except Diverged as stop:
+                run.history.append(record)
+                _stop(run, stop, step + 1, snapshot, out, model)
+                raise
             if v < best:
                 best = v
                 run.extra["best_model"] = copy.deepcopy(model.state_dict())
@@ -208,6 +248,17 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
     if out is not None:
         run.save(out)
     return run
+
+
+def _stop(run: Run, stop: Diverged, step: int, snapshot, out, model) -> None:
+    """A diverged run: its state at ``step`` (the weights before the failing update) kept in
+    ``run`` and, with ``out``, written marked DIVERGED."""
+    snapshot(step)
+    stop.kept, stop.run = step, run
+    run.extra["diverged"] = stop.record()
+    model.eval()
+    if out is not None:
+        run.save(out, diverged=stop)
 
 
 def _python_rng(state):

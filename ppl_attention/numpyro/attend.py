@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpyro
 
 from ..core.records import AttendRecord, record, recording
-from ..errors import UserError
+from ..errors import NonFiniteScores, UserError
 from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord", "FAMILY_PARAM"]
@@ -59,8 +59,9 @@ def _check_inputs(scores, values) -> None:
         raise UserError(f"scores and values disagree on the source length S: scores "
                          f"{list(scores.shape)}, values {list(values.shape)}")
     if _concrete(scores) and not bool(jnp.isfinite(scores).all()):
-        raise UserError(f"scores must be finite (exclude positions with mask=, not with -inf); "
-                         f"got {int((~jnp.isfinite(scores)).sum())} non-finite entries")
+        raise NonFiniteScores(f"scores must be finite (exclude positions with mask=, not with "
+                              f"-inf); got {int((~jnp.isfinite(scores)).sum())} non-finite "
+                              f"entries")
 
 
 def attend(name: str, scores, values, family: Family | str | None = None, mask=None, *,

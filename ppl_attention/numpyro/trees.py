@@ -16,7 +16,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.kl import kl_divergence
 
 from ..core.trees import check_trees, chu_liu_edmonds, enumerate_trees
-from ..errors import UserError
+from ..errors import NonFiniteScores, UserError
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
@@ -205,7 +205,7 @@ class DependencyTree(Distribution):
             bad = real[..., :, None] & real[..., None, :] & ~np.isfinite(np.asarray(scores))
             if bad.any():
                 where = [int(i) for i in np.argwhere(bad)[0]]
-                raise UserError(f"DependencyTree: scores must be finite at real arcs; "
+                raise NonFiniteScores(f"DependencyTree: scores must be finite at real arcs; "
                                 f"{int(bad.sum())} are not (first at index {where}; give padded "
                                 f"positions through lengths=)")
         self.scores = scores

@@ -29,9 +29,11 @@ import optax
 from numpyro import handlers
 
 from ...contract import check_method, declared
+from ...core.divergence import Diverged, check_figure, check_step, hint
 from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...core.training import check_resume_steps, training_options
+from ...data.kinds import data_kind
 from ...errors import UserError
 from ...runs import Run
 from ..batching import to_jax
@@ -134,9 +136,10 @@ def make_loss(model, method: str, site: str | None = None, draws=None):
 
 def make_step(model, method: str, clip: float = 0.0, weight_decay: float = 0.0,
               cons: dict | None = None):
-    """The jitted step ``(raw, opt, key, batch, n_tokens, lr, kl, kw) → (raw, opt, −ELBO per
-    token)`` on the optimizer's coordinates ``raw`` (the param map, constrained parameters
-    mapped to the real line by ``cons``); ``step.init(raw)`` makes the optimizer state."""
+    """The jitted step ``(raw, opt, key, batch, n_tokens, lr, kl, kw) → (raw, opt, [−ELBO per
+    token, the gradients' global norm])`` on the optimizer's coordinates ``raw`` (the param
+    map, constrained parameters mapped to the real line by ``cons``); ``step.init(raw)`` makes
+    the optimizer state."""
     loss = make_loss(model, method)
     tx = optimizer(clip, weight_decay)
     cons = cons or {}
@@ -147,9 +150,10 @@ def make_step(model, method: str, clip: float = 0.0, weight_decay: float = 0.0,
             return tuple(x / n_tokens for x in loss(constrain(r, cons), key, batch, kl, kw))
 
         (_, neg_elbo), grads = jax.value_and_grad(per_token, has_aux=True)(raw)
+        norm = optax.global_norm(grads)
         updates, opt = tx.update(grads, opt, raw)
         raw = optax.apply_updates(raw, jax.tree.map(lambda u: -lr * u, updates))
-        return raw, opt, neg_elbo
+        return raw, opt, jax.numpy.stack([neg_elbo, norm.astype(neg_elbo.dtype)])
 
     step.init = tx.init
     return step
@@ -292,6 +296,21 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
 
     bar = progress_bar(range(start, steps), disable=not progress, desc=f"{method} [numpyro]",
                        leave=False)
+    discrete = data_kind(declared(model, "data")).discrete_observations
+    advice = hint(m.spec, lr)
+
+    def stop(diverged: Diverged, at: int):
+        """Keep the state at step ``at`` (the weights before the failing update), write the run
+        marked DIVERGED when there is an ``out``, and re-raise."""
+        snapshot(at)
+        diverged.kept, diverged.run = at, run
+        run.extra["diverged"] = diverged.record()
+        if not native:
+            model.eval()
+        if out is not None:
+            run.save(out, diverged=diverged)
+        raise diverged
+
     t0, tokens, compile_s = time.perf_counter(), 0, 0.0
     for step in bar:
         epoch, pos = divmod(step, len(train))
@@ -300,10 +319,18 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         compiled_before = step_fn._cache_size()
         t_step = time.perf_counter()
         kw = dict(step_args(step)) if callable(step_args) else None
-        raw, opt, neg_elbo = step_fn(raw, opt, jax.random.fold_in(base_key, step), jtrain[i],
-                                     float(n_tok), lr * LR_SCHEDULES[lr_schedule](step, steps),
-                                     m.kl_scale(step, kl_weight, anneal_rho), kw)
-        loss = float(neg_elbo)
+        new_raw, new_opt, stats = step_fn(raw, opt, jax.random.fold_in(base_key, step),
+                                          jtrain[i], float(n_tok),
+                                          lr * LR_SCHEDULES[lr_schedule](step, steps),
+                                          m.kl_scale(step, kl_weight, anneal_rho), kw)
+        loss, norm = (float(x) for x in np.asarray(stats))
+        try:
+            check_step(step + 1, method, loss, norm, discrete=discrete, advice=advice,
+                       first_loss=run.extra.get("first_loss"))
+            run.extra.setdefault("first_loss", loss)
+        except Diverged as d:  # the update is not taken: raw and opt stay the last finite ones
+            stop(d, step)
+        raw, opt = new_raw, new_opt
         if step_fn._cache_size() > compiled_before:  # this step compiled a new batch shape
             compile_s += time.perf_counter() - t_step
         tokens += n_tok
@@ -314,6 +341,12 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         if valid and ((step + 1) % valid_every == 0 or step + 1 == steps):
             now = current()
             record["valid_nll"] = v = nll_per_token(run, valid, params=now)
+            try:
+                check_figure(step + 1, method, "validation NLL per token", v,
+                             discrete=discrete, advice=advice)
+            except Diverged as d:
+                run.history.append(record)
+                stop(d, step + 1)
             if v < best:
                 best = v
                 run.extra["best_model"] = keep(now)
