@@ -21,7 +21,7 @@ def evaluate(run, batches: list, gold: list | None = None,
              with_elbo: bool = True, backend: str = "pyro",
              references: dict | None = None, beam: int = 1, ensemble: list | None = None,
              gold_trees: list | None = None, decode_pairs: list | None = None,
-             importance: dict | None = None) -> dict:
+             importance: dict | None = None, seed: int = 0) -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold, for models with the ``alignment`` capability),
     ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
@@ -37,12 +37,14 @@ def evaluate(run, batches: list, gold: list | None = None,
     first error — and ``sequence_accuracy`` (exact match), for models with ``predictive``.
     ``importance`` (``{"samples": K, "threshold": t}``) adds the evaluation by the guide's
     importance-corrected posterior (:func:`ppl_attention.importance.evaluate_importance`:
-    IWAE-K and ELBO of the same draws, k̂ per sentence, the corrected MAP's AER)."""
+    IWAE-K and ELBO of the same draws, k̂ per sentence, the corrected MAP's AER). ``seed``
+    seeds every Monte Carlo estimate (the IWAE bound, a sampled ELBO, the importance draws):
+    the same seed gives the same figures on every call."""
     ops = get_backend(backend)
     ops.check_run(run)
     ops.prepare(run)  # Pyro: a clear param store, the model in eval mode
     caps = capabilities(run.model)
-    nll = ops.nll_per_token(run, batches, iwae_k)
+    nll = ops.nll_per_token(run, batches, iwae_k, seed=seed)
     n_tokens = sum(b.n_tokens for b in batches)
     report = {
         "method": run.method,
@@ -57,7 +59,7 @@ def evaluate(run, batches: list, gold: list | None = None,
     if not report["exact"]:
         report["iwae_k"] = iwae_k
     if with_elbo:
-        report["elbo_per_token"] = ops.elbo_per_token(run, batches)
+        report["elbo_per_token"] = ops.elbo_per_token(run, batches, seed=seed)
     if gold is not None and "alignment" in caps:
         links = ops.alignment_links(run, batches)
         idx = sorted(links)
@@ -80,7 +82,7 @@ def evaluate(run, batches: list, gold: list | None = None,
         report.update(evaluate_importance(
             lambda b, k, seed: ops.importance_arrays(run, b, k, seed), batches,
             importance["samples"], importance["threshold"], gold,
-            tree=getattr(run.model.family, "tree", False)))
+            tree=getattr(run.model.family, "tree", False), seed=seed))
     if log_likelihood is not None:
         report["floor_nll_per_token"] = -sum(log_likelihood) / n_tokens
     if references and "predictive" in caps:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backends import get_backend
-from .contract import check_method, declared, model_backend
+from .contract import capabilities, check_method, declared, model_backend
 from .core.divergence import Diverged, check_figure, hint
 from .core.global_methods import is_global_method
 from .core.methods import method_spec as get_method
@@ -142,13 +142,20 @@ def eval_batches(kind, split, vocabs: dict, model, source: dict, batch_size: int
 
 def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int | None = None,
            samples: int | None = None, beam: int = 1, ensemble: list | None = None,
-           importance: dict | None = None) -> dict:
+           importance: dict | None = None, seed: int = 0) -> dict:
     """The report of ``run`` on ``split`` of its data kind: for token data (pairs, sequences)
     :func:`~ppl_attention.inference.evaluate.evaluate` plus the model's ``extra_report``; for
-    labelled data (images, graphs) the model's ``extra_report`` (accuracy, calibration)."""
+    labelled data (images, graphs) the model's ``extra_report`` (accuracy, calibration).
+    ``seed``: the Monte Carlo estimates' (the same figures on every call with the same seed).
+
+    ``extra_report`` (docs/architecture.md) is called as ``extra_report(batches)`` — plus
+    ``iwae_k=K`` when ``--iwae-k`` is given and it names that parameter — for token data, and
+    ``extra_report(split, samples=N)`` for labelled data; it returns a dict of JSON numbers. A
+    NumPyro model's is run with its trained parameters substituted (its ``numpyro.param`` sites
+    read them) under ``handlers.seed``."""
     model = run.model
     kind = data_kind(declared(model, "data"))
-    extra = getattr(model, "extra_report", None)
+    extra = get_backend(run.backend).extra_report(run, seed)
     if is_global_method(run.method):  # posterior draws of global latents: Bayesian report
         if iwae_k is not None or beam != 1 or ensemble or samples is not None or importance:
             raise UserError(f"--iwae-k, --beam, --ensemble, --samples and --posterior "
@@ -164,10 +171,18 @@ def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int 
         if not callable(extra):
             raise MissingCapability(f"{type(model).__name__} reads {kind.name} data and has no "
                                     f"extra_report(test, samples) to score it")
-        return {"method": run.method, **extra(split, samples=samples or 20)}
+        return {"method": run.method, **_checked_extra(model, extra(split, samples=samples or 20))}
     if samples is not None:
         raise UserError("--samples sets the posterior draws of ECE/PAvPU (images and graph "
                         "models)")
+    takes_k = callable(extra) and "iwae_k" in _parameters(model.extra_report)
+    if iwae_k is not None and not takes_k and (
+            importance or "exact-likelihood" in capabilities(model)):
+        raise UserError("--iwae-k sets the draws of the IWAE bound, which this evaluation does "
+                        "not compute: " + ("--posterior importance draws "
+                                            "--importance-samples" if importance else
+                                            f"the NLL of {type(model).__name__} ({run.method}, "
+                                            f"{model.family.name} family) is exact"))
     batches = eval_batches(kind, split, {"src_vocab": run.src_vocab,
                                          "tgt_vocab": run.tgt_vocab}, model, source)
     out = evaluate(run, batches, gold=getattr(split, "gold", None),
@@ -175,10 +190,28 @@ def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int 
                    backend=backend, references=getattr(split, "references", None), beam=beam,
                    ensemble=ensemble, gold_trees=getattr(split, "trees", None),
                    decode_pairs=split.pairs if getattr(split, "decode_metrics", False) else None,
-                   importance=importance)
+                   importance=importance, seed=seed)
     if callable(extra):
-        out.update(extra(batches, **({"iwae_k": iwae_k} if iwae_k else {})))
+        out.update(_checked_extra(model, extra(batches, **({"iwae_k": iwae_k} if iwae_k and
+                                                           takes_k else {}))))
     return out
+
+
+def _parameters(fn) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _checked_extra(model, rep) -> dict:
+    """A model's ``extra_report`` result, refused unless it is a dict."""
+    if not isinstance(rep, dict):
+        raise UserError(f"{type(model).__name__}.extra_report returned {type(rep).__name__}; it "
+                        f"returns a dict of named figures (docs/architecture.md)")
+    return rep
 
 
 def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool = True,

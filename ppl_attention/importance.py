@@ -114,14 +114,17 @@ def bounds(log_w: np.ndarray) -> dict:
 
 
 def unreliable_note(bad: list, total: int, threshold: float = KHAT_THRESHOLD,
-                    show: int = 8) -> str | None:
+                    show: int = 8, numbering: str = "") -> str | None:
     """A one-line warning naming the sentences ``bad`` (their names) whose k̂ exceeds
-    ``threshold``, out of ``total``; None when there are none."""
+    ``threshold``, out of ``total``; ``numbering`` says how they are counted (pairs from 0,
+    as every JSON and ArviZ coordinate counts them; lines of an input file from 1). None when
+    there are none."""
     if not bad:
         return None
     listed = ", ".join(str(n) for n in bad[:show]) + (" …" if len(bad) > show else "")
     return (f"warning: the importance-corrected posterior is unreliable (Pareto k̂ > "
-            f"{threshold:g}) for {len(bad)} of {total} sentences: {listed}")
+            f"{threshold:g}) for {len(bad)} of {total} sentences"
+            + (f" ({numbering})" if numbering else "") + f": {listed}")
 
 
 def refusal(method_spec, family) -> str | None:

@@ -3,13 +3,13 @@ exact posterior."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 from ..contract import require
+from ..core import jsonio
 from ..core.files import make_readable
 from ..core.global_methods import is_global_method
 from ..data.corpus import atomic_write_text
@@ -109,7 +109,8 @@ def cmd_analyze(args) -> int:
             khat = idata["importance"]["khat"].values
             note = unreliable_note([f"pair {i}" for i, v in enumerate(khat)
                                     if v > importance["threshold"]], len(khat),
-                                   importance["threshold"])
+                                   importance["threshold"],
+                                   numbering="pairs counted from 0, the coordinate 'pair'")
             if note:
                 print(note, file=sys.stderr)
     out = Path(args.out)
@@ -143,7 +144,7 @@ def cmd_analyze(args) -> int:
     if diagnose:
         diag = guide_diagnostics(run, split.pairs, split.gold, num_samples=args.num_samples,
                                  seed=args.seed, gold_trees=getattr(split, "trees", None))
-        atomic_write_text(out / "diagnostics.json", json.dumps(diag, indent=1) + "\n")
+        atomic_write_text(out / "diagnostics.json", jsonio.dumps(diag, indent=1) + "\n")
         written.append(out / "diagnostics.json")
     for w in written:
         print(f"wrote {w}")
@@ -215,5 +216,5 @@ def cmd_diagnose(args) -> int:
     print("\n".join(md))
     if args.out:
         atomic_write_text(Path(args.out), "\n".join(md) + "\n")
-        atomic_write_text(Path(args.out).with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
+        atomic_write_text(Path(args.out).with_suffix(".json"), jsonio.dumps(rows, indent=1) + "\n")
     return 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from ..contract import capabilities, declared, require
+from ..contract import declared, require
+from ..core import jsonio
 from ..core.global_methods import is_global_method
 from ..data import DataError, make_batches, read_tsv
 from ..data.kinds import data_kind
@@ -81,6 +81,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--samples", type=int,
                    help="posterior draws for ECE / PAvPU (image and graph models; default 20)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of every Monte Carlo estimate (the IWAE bound, a sampled ELBO, "
+                   "importance draws): the same seed gives the same figures (default 0)")
     add_posterior(p)
     add_backend(p)
     add_run_model(p)
@@ -129,11 +132,6 @@ def cmd_evaluate(args) -> int:
         raise UserError(ENSEMBLE_NEEDS_G2P if args.ensemble else
                         "--beam sets the beam of G2P decoding (WER/PER); this run's data has no "
                         "reference pronunciations")
-    caps = capabilities(run.model)
-    if args.iwae_k is not None and "exact-likelihood" in caps \
-            and not callable(getattr(run.model, "extra_report", None)):
-        raise UserError(f"--iwae-k: this run's NLL is exact ({run.method}, "
-                        f"{run.model.family.name} family); there is no bound to sample")
     ensemble = [load_run(r, args) for r in args.ensemble]
     if ensemble:
         from ..inference.decode import check_ensemble
@@ -141,22 +139,24 @@ def cmd_evaluate(args) -> int:
         check_ensemble([run, *ensemble])
     rep = report(run, split, run.config.get("data", {}), backend=args.backend or run.backend,
                  iwae_k=args.iwae_k, samples=args.samples, beam=args.beam, ensemble=ensemble,
-                 importance=importance)
+                 importance=importance, seed=args.seed)
     if rep.get("n_unk"):
         print(f"note: {rep['n_unk']} token(s) unseen in training were mapped to <unk>",
               file=sys.stderr)
     if importance and rep["khat_unreliable"]:
         from ..importance import unreliable_note
 
-        print(unreliable_note([f"pair {i + 1}" for i in rep["khat_unreliable"]], rep["n_pairs"],
-                              importance["threshold"]), file=sys.stderr)
+        print(unreliable_note([f"pair {i}" for i in rep["khat_unreliable"]], rep["n_pairs"],
+                              importance["threshold"],
+                              numbering="pairs counted from 0, as khat_unreliable in the "
+                              "report"), file=sys.stderr)
     print_report(rep, args.json)
     return 0
 
 
 def print_report(rep: dict, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(rep))
+        print(jsonio.dumps(rep))
         return
     for k, v in rep.items():
         if isinstance(v, list):
@@ -250,7 +250,8 @@ def _align_importance(run, backend, pairs, batches, importance, khat_file, tree)
 
         atomic_write_text(Path(khat_file), "".join(f"{v:.4f}\n" for v in khat))
     note = unreliable_note([f"line {i + 1}" for i, v in enumerate(khat)
-                            if v > importance["threshold"]], len(pairs), importance["threshold"])
+                            if v > importance["threshold"]], len(pairs), importance["threshold"],
+                           numbering="lines of --data counted from 1, as the lines of --khat")
     if note:
         print(note, file=sys.stderr)
     return 0

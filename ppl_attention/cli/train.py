@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from ..core import jsonio
 from ..experiment import check_experiment, train_one
 from ..registry import MODELS, load_model_class
 from .options import (
@@ -72,6 +72,6 @@ def cmd_train(args) -> int:
         if distributed is not None:
             distributed.stop()
     if report is not None:  # rank 0 of a torchrun launch, or a one-process run
-        print(json.dumps(report, indent=1))
+        print(jsonio.dumps(report, indent=1))
         print(f"wrote run directory {args.out}", file=sys.stderr)
     return 0

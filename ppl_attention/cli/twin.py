@@ -3,10 +3,10 @@ the same loss and gradients on the same weights and draws, for every method both
 
 from __future__ import annotations
 
-import json
 import sys
 
 from ..contract import declared, model_backend
+from ..core import jsonio
 from ..data.kinds import data_kind
 from ..devices import jax_default_device, torch_device
 from ..errors import UserError
@@ -102,7 +102,7 @@ def cmd_check_twin(args) -> int:
             r = {"method": method, "ok": False, "error": f"{type(e).__name__}: {e}"}
         rows.append(r)
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(jsonio.dumps(rows, indent=1))
     else:
         print(f"{pyro_cls.__name__} (Pyro) against {numpyro_cls.__name__} (NumPyro), batch of "
               f"{batch.size}, seed {args.seed}; relative differences, tolerance "

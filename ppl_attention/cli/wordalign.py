@@ -5,10 +5,10 @@ the Bayesian aligners of :mod:`ppl_attention.numpyro.aligners` and their sampler
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from ..core import jsonio
 from ..errors import UserError
 
 METHODS = {"gibbs": "blocked Gibbs sampling (NumPyro MCMC with a conjugate kernel)",
@@ -238,7 +238,7 @@ def cmd_wordalign(args) -> int:
                   f"recall {sc['recall']:.4f}", file=sys.stderr)
     if args.out:
         _save_run(Path(args.out), report, fwd, rev if both else None)
-    print(json.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),
+    print(jsonio.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),
           file=sys.stderr)
     return 0
 
@@ -254,7 +254,7 @@ def _save_run(out: Path, report, fwd, rev) -> None:
     from ..data.corpus import atomic_write_text, write_directory_atomically
 
     def fill(tmp: Path) -> None:
-        atomic_write_text(tmp / "report.json", json.dumps(report, indent=1) + "\n")
+        atomic_write_text(tmp / "report.json", jsonio.dumps(report, indent=1) + "\n")
         groups = {}
         for name, res in (("forward", fwd), ("reverse", rev)):
             if res is None:

@@ -16,7 +16,7 @@ from .posterior import alignment_arrays, diagnostic_arrays
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
            "map_trees_by_index", "importance_arrays", "check_importance", "stepper", "prepare",
            "calibration_arrays", "calibration_probs", "distortion", "alignment_arrays",
-           "diagnostic_arrays"]
+           "diagnostic_arrays", "extra_report"]
 
 NAME = "pyro"
 
@@ -27,6 +27,20 @@ def prepare(run) -> None:
 
     pyro.clear_param_store()
     run.model.eval()
+
+
+def extra_report(run, seed: int = 0):
+    """The run's model's ``extra_report`` (None when it has none), run with Pyro's random
+    streams seeded by ``seed`` (the same figures on every call)."""
+    fn = getattr(run.model, "extra_report", None)
+    if not callable(fn):
+        return None
+    from .evaluate import seeded
+
+    def seeded_report(*args, **kwargs):
+        with seeded(seed):
+            return fn(*args, **kwargs)
+    return seeded_report
 
 
 def check(model_class, method) -> None:

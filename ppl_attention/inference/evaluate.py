@@ -10,8 +10,11 @@ model's device first (a no-op where they already are).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
+import pyro
+import pyro.util
 import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
@@ -100,29 +103,45 @@ def _progress(batches: list, what: str):
 
 
 @torch.no_grad()
-def nll_per_token(run: Run, batches: list, iwae_k: int = 10) -> float:
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Pyro's random streams (torch, Python, NumPy) seeded with ``seed`` inside the block and
+    restored after it: an estimate made inside is the same on every call with the same seed,
+    and draws after it are those the caller would have had."""
+    state = pyro.util.get_rng_state()
+    pyro.set_rng_seed(seed)
+    try:
+        yield
+    finally:
+        pyro.util.set_rng_state(state)
+
+
+def nll_per_token(run: Run, batches: list, iwae_k: int = 10, seed: int = 0) -> float:
+    """NLL/token: exact where the model has the capability, else the IWAE-``iwae_k`` bound,
+    its draws seeded by ``seed`` (the same figure on every call)."""
     total, n = 0.0, 0
     exact = _exact(run)
-    for b in _progress(batches, "NLL" if exact else f"IWAE-{iwae_k}"):
-        b = b.to(model_device(run.model))
-        if exact:
-            total -= float(token_log_likelihood(run, b).sum())
-        else:
-            total -= float(iwae_log_likelihood(run, b, iwae_k).sum())
-        n += b.n_tokens
+    with seeded(seed):
+        for b in _progress(batches, "NLL" if exact else f"IWAE-{iwae_k}"):
+            b = b.to(model_device(run.model))
+            if exact:
+                total -= float(token_log_likelihood(run, b).sum())
+            else:
+                total -= float(iwae_log_likelihood(run, b, iwae_k).sum())
+            n += b.n_tokens
     return total / n
 
 
-def elbo_per_token(run: Run, batches: list, samples: int = 5) -> float:
+def elbo_per_token(run: Run, batches: list, samples: int = 5, seed: int = 0) -> float:
     """The ELBO of the trained (model, guide) pair with KL weight 1: exact (enumerated) for
-    categorical guides; a mean of ``samples`` estimates otherwise. Exact methods (no guide)
-    report log p itself."""
+    categorical guides; a mean of ``samples`` estimates otherwise, seeded by ``seed``. Exact
+    methods (no guide) report log p itself."""
     m = get_method(run.method)
     model = run.model
     fam = model.family
     nest = declared(model, "max_plate_nesting")
     if fam.deterministic or m.posterior == "none":
-        return -nll_per_token(run, batches)
+        return -nll_per_token(run, batches, seed=seed)
     if fam.enumerable:
         elbo, reps = TraceEnum_ELBO(max_plate_nesting=nest), 1
         gk = dict(posterior=m.posterior, enumerate_z=True)
@@ -131,7 +150,7 @@ def elbo_per_token(run: Run, batches: list, samples: int = 5) -> float:
         elbo = (TraceMeanField_ELBO if analytic else Trace_ELBO)(max_plate_nesting=nest)
         reps, gk = samples, dict(posterior=m.posterior)
     total, n = 0.0, 0
-    with torch.no_grad():
+    with torch.no_grad(), seeded(seed):
         for b in _progress(batches, "ELBO"):
             b = b.to(model_device(model))
             for _ in range(reps):

@@ -23,7 +23,7 @@ __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alig
            "fit_global", "global_report", "check_global_options", "method_family",
            "preflight", "map_trees_by_index", "importance_arrays", "check_importance",
            "stepper", "prepare", "calibration_arrays", "calibration_probs", "distortion",
-           "alignment_arrays", "diagnostic_arrays"]
+           "alignment_arrays", "diagnostic_arrays", "extra_report"]
 
 NAME = "numpyro"
 
@@ -31,6 +31,25 @@ NAME = "numpyro"
 def prepare(run) -> None:
     """Before evaluating: nothing to reset (a NumPyro run's parameters are its own arrays and
     its programs are pure; the Pyro side clears its param store here)."""
+
+
+def extra_report(run, seed: int = 0):
+    """The run's model's ``extra_report`` (None when it has none). A NumPyro model's runs with
+    the run's parameters substituted — each ``numpyro.param`` site inside it reads its trained
+    value (the best weights while a report is made) — under ``handlers.seed(seed)``; a Pyro
+    model's (trained through its twin) is called as it is."""
+    fn = getattr(run.model, "extra_report", None)
+    if not callable(fn):
+        return None
+    if not is_numpyro_model(run.model):
+        return fn
+    import jax
+
+    from ..models.base import call
+
+    def with_params(*args, **kwargs):
+        return call(fn, run.params, *args, rng_key=jax.random.PRNGKey(seed), **kwargs)
+    return with_params
 
 
 def check(model_class, method: str) -> None:

@@ -164,7 +164,7 @@ def elbo_per_token(run, batches, samples: int = 5, seed: int = 0) -> float:
     jb = jax_batches(batches)
     model, p = model_and_params(run, jb[0])
     if model.family.deterministic or m.posterior == "none":
-        return -nll_per_token(run, batches)
+        return -nll_per_token(run, batches, seed=seed)
     loss = _elbo_loss(model, m.posterior, m.elbo_name == "TraceMeanField_ELBO")
     reps = 1 if model.family.enumerable else samples
     key = jax.random.PRNGKey(seed)

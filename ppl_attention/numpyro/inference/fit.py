@@ -19,7 +19,6 @@ between runs, so another seed, a resume or the next job of a sweep loads them in
 from __future__ import annotations
 
 import functools
-import json
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import optax
 from numpyro import handlers
 
 from ...contract import check_method, declared
+from ...core import jsonio
 from ...core.divergence import Diverged, check_figure, check_step, hint
 from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
@@ -249,7 +249,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
     cache_dir = enable_compilation_cache()
     if cache_dir is not None and shard is None:  # the traced step kept between runs too
         identity = (f"{type(jm).__module__}.{type(jm).__qualname__} "
-                    f"{json.dumps(jm.config, sort_keys=True, default=str)} {jm.family!r} "
+                    f"{jsonio.dumps(jm.config, sort_keys=True, default=str)} {jm.family!r} "
                     f"{method} {clip} {opts['weight_decay']} {sorted(cons.items())!r}")
         step_fn = PersistentStep(step_fn, identity, Path(cache_dir))
     raw = unconstrain(params, cons)
