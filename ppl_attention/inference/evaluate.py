@@ -102,7 +102,6 @@ def _progress(batches: list, what: str):
     return progress_bar(batches, desc=what, unit="batch", leave=False, disable=len(batches) < 20)
 
 
-@torch.no_grad()
 @contextlib.contextmanager
 def seeded(seed: int):
     """Pyro's random streams (torch, Python, NumPy) seeded with ``seed`` inside the block and
@@ -116,6 +115,7 @@ def seeded(seed: int):
         pyro.util.set_rng_state(state)
 
 
+@torch.no_grad()
 def nll_per_token(run: Run, batches: list, iwae_k: int = 10, seed: int = 0) -> float:
     """NLL/token: exact where the model has the capability, else the IWAE-``iwae_k`` bound,
     its draws seeded by ``seed`` (the same figure on every call)."""
