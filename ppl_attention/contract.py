@@ -116,8 +116,10 @@ def capabilities(model) -> frozenset[str]:
     caps = set()
     if declared(model, "data") == "pairs":
         caps.add("alignment")
+    tree = bool(getattr(fam, "tree", False))
     if _own(model, "exact_token_log_likelihood") or generic or \
-            (alone and getattr(fam, "deterministic", False)):
+            (alone and getattr(fam, "deterministic", False)) or \
+            (alone and tree and _own(model, "arc_emission_scores")):
         caps.add("exact-likelihood")
     for cap, member in (("exact-posterior", "exact_posterior"),
                         ("posterior-samples", "posterior_samples"), ("prior", "prior_probs")):
@@ -127,7 +129,6 @@ def capabilities(model) -> frozenset[str]:
         caps.add("soft-likelihood")
     if all(_own(model, m) for m in ("start_decoding", "decoding_step", "keep_hypotheses")):
         caps.add("predictive")
-    tree = bool(getattr(fam, "tree", False))
     if tree and _own(model, "arc_emission_scores"):
         caps.add("arc-emissions")
     # a member the model defines still needs a family it applies to (a model with a Dirichlet

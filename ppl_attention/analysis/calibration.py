@@ -293,13 +293,14 @@ def _importance_row(fam, arrays, L, rng, seed, threshold) -> dict:
     return row
 
 
-def _joint_pits(arrays, L, rng) -> np.ndarray:
-    """PIT of log q(z* | x, y) among log q(z_l | x, y) of L joint draws, one per pair."""
+def _joint_pits(arrays, L, rng, prefix: str = "") -> np.ndarray:
+    """PIT of log q(z* | x, y) among log q(z_l | x, y) of L joint draws, one per pair
+    (``prefix="exact_"``: of the exact posterior's)."""
     out = []
     for a in arrays:
-        for b in range(a["logq_truth"].shape[0]):
-            r = rank_with_ties(a["logq_draws"][:, b][:, None], np.array([a["logq_truth"][b]]),
-                               rng)
+        truth, draws = a[f"{prefix}logq_truth"], a[f"{prefix}logq_draws"]
+        for b in range(truth.shape[0]):
+            r = rank_with_ties(draws[:, b][:, None], np.array([truth[b]]), rng)
             out.append(pit(r, L, rng)[0])
     return np.asarray(out)
 
@@ -405,6 +406,9 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     if all("exact_probs" in a for a in arrays):
         pits, cov = _discrete_rows([a["exact_probs"] for a in arrays],
                                    [a["truth"] for a in arrays], masks, draws, rng)
+        if getattr(fam, "tree", False):  # the exact tree posterior: each head, the whole tree
+            pits = {"per-word head": pits["per-token z"],
+                    "joint log p": _joint_pits(arrays, draws, rng, prefix="exact_")}
         rows.append(_row("exact", pits, cov))
     out = {"method": run.method, "backend": run.backend, "num_sims": num_sims, "draws": draws,
            "seed": seed, "levels": list(LEVELS), "rows": rows, "gold_coverage": None}

@@ -24,16 +24,20 @@ def distortion(kind: str, factor: float):
     """A planted miscalibration of a guide site's Pyro distribution (the Pyro side of
     :func:`ppl_attention.analysis.calibration.planted`): ``"logits"`` multiplies
     a categorical q's logits by ``factor`` (> 1 over-confident, < 1 under-confident),
-    ``"concentration"`` a Dirichlet q's concentration (> 1 over-confident)."""
+    ``"concentration"`` a Dirichlet q's concentration (> 1 over-confident); a tree's
+    ``"logits"`` are its arc scores."""
     from pyro.distributions.torch_distribution import MaskedDistribution
 
     from ..distributions import MaskedDirichlet
+    from ..trees import DependencyTree
 
     def distort(fn):
         mask = None
         if isinstance(fn, MaskedDistribution):
             fn, mask = fn.base_dist, fn._mask
-        if kind == "logits" and getattr(fn.support, "is_discrete", False) \
+        if kind == "logits" and isinstance(fn, DependencyTree):  # a tree: its arc scores
+            new = fn._same_kind(fn.theta * factor)
+        elif kind == "logits" and getattr(fn.support, "is_discrete", False) \
                 and hasattr(fn, "logits"):  # a categorical guide, however it is subclassed
             new = type(fn)(logits=fn.logits * factor)
         elif kind == "concentration" and isinstance(fn, MaskedDirichlet):
@@ -74,7 +78,7 @@ def calibration_arrays(run, batch, draws: int, seed: int, distort=None,
     sim, value, weights = simulate(model, batch)
     fam = model.family
     if getattr(fam, "tree", False):
-        out = _tree_arrays(model, site, m, sim, value, draws, distort)
+        out = _tree_arrays(run, site, m, sim, value, draws, distort)
     else:
         out = _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort)
     if importance is not None:  # the guide's K draws on the simulated targets, to be weighed
@@ -122,21 +126,41 @@ def _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort) 
     return out
 
 
-def _tree_arrays(model, site, m, sim, value, draws, distort) -> dict:
+def _tree_arrays(run, site, m, sim, value, draws, distort) -> dict:
     """:func:`calibration_arrays` for a tree family, per word instead of per token: ``truth`` the
     simulated tree's heads ``[B, S]``, ``mask`` the real words, ``q_probs [B, S(word),
     S(head)]`` q's arc marginals (each word's head distribution), ``logq_draws [L, B]`` /
-    ``logq_truth [B]`` the exact log q of L draws of q's trees and of the simulated one."""
-    S = sim.src.shape[1]
-    out = {"sim": sim, "mask": sim.src_mask.cpu().numpy(),
-           "truth": value.reshape(sim.size, S).cpu().numpy()}
-    guide = model.guide if distort is None else Distort(site, distort)(model.guide)
-    fn = poutine.trace(guide).get_trace(sim, posterior=m.posterior).nodes[site]["fn"]
-    mu = fn.marginals.reshape(sim.size, S, S)
-    out["q_probs"] = mu.transpose(-1, -2).cpu().numpy()
-    tree_draws = fn.sample((draws,))
-    out["logq_draws"] = fn.log_prob(tree_draws).reshape(draws, sim.size).cpu().numpy()
-    out["logq_truth"] = fn.log_prob(value).reshape(sim.size).cpu().numpy()
+    ``logq_truth [B]`` the exact log q of L draws of q's trees and of the simulated one; where
+    the posterior is exact (arc emissions: the tree of θ + φ) the same of it under ``exact_``
+    (``exact_probs``, ``exact_logq_draws``, ``exact_logq_truth``). A method without a guide
+    (``tree-exact``) has the exact posterior only; ``distort`` then applies to it."""
+    from ..trees import DependencyTree
+    from .evaluate import tree_scores
+
+    model = run.model
+    S, B = sim.src.shape[1], sim.size
+    heads = value.reshape(B, S)
+    out = {"sim": sim, "mask": sim.src_mask.cpu().numpy(), "truth": heads.cpu().numpy()}
+    posteriors = {}
+    if m.posterior != "none":
+        guide = model.guide if distort is None else Distort(site, distort)(model.guide)
+        posteriors[""] = poutine.trace(guide).get_trace(sim, posterior=m.posterior
+                                                        ).nodes[site]["fn"]
+    if "arc-emissions" in capabilities(model):
+        fam = model.family
+        scores, lengths = tree_scores(run, sim, posterior=True)
+        exact = DependencyTree(scores, lengths, projective=fam.projective,
+                               single_root=fam.single_root)
+        posteriors["exact_"] = exact if distort is None or m.posterior != "none" else \
+            distort(exact)
+    for prefix, fn in posteriors.items():
+        mu = fn.marginals.reshape(B, S, S)
+        out[f"{prefix}q_probs" if prefix == "" else "exact_probs"] = \
+            mu.transpose(-1, -2).cpu().numpy()
+        tree_draws = fn.sample((draws,))
+        out[f"{prefix}logq_draws"] = fn.log_prob(tree_draws).reshape(draws, B).cpu().numpy()
+        out[f"{prefix}logq_truth"] = fn.log_prob(heads.reshape(fn.batch_shape + (S,))
+                                                 ).reshape(B).cpu().numpy()
     return out
 
 

@@ -189,11 +189,13 @@ def map_alignments(run: Run, batch) -> torch.Tensor:
     return call.scores.masked_fill(~call.mask, -torch.inf).argmax(-1)
 
 
-def tree_scores(run: Run, batch):
-    """The arc scores of the model's (prior) tree of each source, ``[B, S, S]``, and the source
-    lengths ``[B]``, for a model whose family is a tree family — recorded from its ``attend``
-    call; one tree per query is pooled into the tree they all agree on, the product of the
-    per-query distributions (arc scores summed over queries)."""
+def tree_scores(run: Run, batch, posterior: bool = True):
+    """The arc scores of the model's tree of each source, ``[B, S, S]``, and the source lengths
+    ``[B]``, for a model whose family is a tree family: the prior's, recorded from its
+    ``attend`` call (one tree per query pooled into the tree they all agree on, the product of
+    the per-query distributions: arc scores summed over queries) — and where the posterior is
+    exact (``posterior`` and the capability ``arc-emissions``: the emission factors over arcs)
+    the exact posterior's, θ + φ with φ the model's ``arc_emission_scores``."""
     model = run.model
     batch = batch.to(model_device(model))
     if not getattr(model.family, "tree", False):
@@ -203,13 +205,19 @@ def tree_scores(run: Run, batch):
         model.model(batch)
     call = _site_call(calls, declared(model, "site"))
     scores = call.scores
-    return scores.reshape(batch.size, -1, *scores.shape[-2:]).sum(1), batch.src_mask.sum(-1)
+    scores = scores.reshape(batch.size, -1, *scores.shape[-2:]).sum(1)
+    if posterior and "arc-emissions" in capabilities(model):
+        with poutine.block():
+            phi = model.arc_emission_scores(batch)
+        scores = scores + phi.reshape(batch.size, -1, *phi.shape[-2:]).sum(1)
+    return scores, batch.src_mask.sum(-1)
 
 
 @torch.no_grad()
 def map_trees(run: Run, batch) -> list[list[int]]:
-    """The MAP tree of each source under the model's prior (:func:`tree_scores`): heads of
-    the real words, one list per pair."""
+    """The MAP tree of each source (:func:`tree_scores`: under the exact posterior where the
+    model's emission factors over arcs, else under its prior): heads of the real words, one
+    list per pair."""
     from ..trees import DependencyTree
 
     scores, lengths = tree_scores(run, batch)

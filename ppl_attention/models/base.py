@@ -140,10 +140,12 @@ def _own(model, name: str) -> bool:
 
 def _enumerated_joint(model, batch):
     """log p(y_t, z_t = j | x, y<t) ``[S, B, T]`` (the model run with its alignment site
-    enumerated), or ``[B, T]`` when nothing is enumerated (a deterministic family)."""
+    enumerated), or ``[B, T]`` when nothing is enumerated (a deterministic family: the program
+    as it stands, run with ``enumerate_z=False`` — what its methods train)."""
     nest = declared(model, "max_plate_nesting")
     enum = poutine.enum(model.model, first_available_dim=-1 - nest)
-    trace = poutine.trace(enum).get_trace(batch, enumerate_z=True)
+    deterministic = bool(getattr(model.family, "deterministic", False))
+    trace = poutine.trace(enum).get_trace(batch, enumerate_z=not deterministic)
     trace.compute_log_prob()
     B, T = batch.tgt_out.shape
     enumerated = [n for n, s in trace.nodes.items()
@@ -179,12 +181,51 @@ def _enumerated_joint(model, batch):
     return total, bool(enumerated)
 
 
+def _summed_out_tree(model, batch) -> torch.Tensor:
+    """A latent tree whose emission factors over arcs, summed out by the model itself
+    (``enumerate_z=True``: log Z(θ + φ) − log Z(θ), the method ``tree-exact``): the sentence's
+    log p(y | x) on its first target token, 0 elsewhere ``[B, T]`` — the tree couples the
+    tokens, so no token has a likelihood of its own; their sum is the sentence's."""
+    trace = poutine.trace(model.model).get_trace(batch, enumerate_z=True)
+    trace.compute_log_prob()
+    B, T = batch.tgt_out.shape
+    total = 0.0
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site_is_subsample(site):
+            continue
+        if not site["is_observed"]:
+            raise MissingCapability(
+                f"{type(model).__name__}: with enumerate_z=True its model samples the site "
+                f"{name!r}; a model with arc emissions sums the tree out itself there "
+                f"(pa.trees.tree_log_likelihood) — or implement exact_token_log_likelihood")
+        lp = site["log_prob"]
+        dim = next((f.dim for f in site["cond_indep_stack"] if f.name == "batch"), None)
+        if dim is None or lp.dim() < -dim or lp.shape[dim] != B:
+            raise MissingCapability(
+                f"{type(model).__name__}: site {name!r} (log-density shape {list(lp.shape)}) "
+                f"is not under pyro.plate('batch', {B}); the summed-out tree's likelihood is "
+                f"read per pair")
+        right = tuple(range(dim + 1, 0))
+        lp = lp.sum(right) if right else lp
+        total = total + lp.reshape(-1, B).sum(0)
+    if not torch.is_tensor(total):
+        raise MissingCapability(f"{type(model).__name__}: with enumerate_z=True its model "
+                                f"scores nothing (no observed site or factor)")
+    out = torch.zeros(B, T, dtype=total.dtype, device=total.device)
+    out[:, 0] = total
+    return out
+
+
 def exact_token_log_likelihood(model, batch) -> torch.Tensor:
     """log p(y_t | x, y<t) ``[B, T]``: the model's own member, or its one enumerated site summed
-    out (a deterministic family: the log-likelihood as it stands)."""
+    out (a deterministic family: the log-likelihood as it stands; a tree with arc emissions:
+    the model's own sum over trees, the sentence's log p(y | x) on its first token)."""
     if _own(model, "exact_token_log_likelihood"):
         return model.exact_token_log_likelihood(batch)
     require(model, "exact-likelihood", tool="the exact likelihood")
+    fam = model.family
+    if getattr(fam, "tree", False) and not getattr(fam, "deterministic", False):
+        return _summed_out_tree(model, batch)
     joint, enumerated = _enumerated_joint(model, batch)
     return joint.logsumexp(0) if enumerated else joint
 
@@ -257,7 +298,9 @@ def _observed_target(trace, site: str, B: int, T: int):
 @torch.no_grad()
 def simulate(model, batch, generator=None):
     """A draw from p(z, y | x) with the batch's target lengths: ``(batch with the simulated
-    targets, alignment value [B, T, …], attention weights [B, T, S])`` — the model's own
+    targets, alignment value [B, T, …] — for a site outside the target plate, one tree per
+    sentence, its value [B, 1, …] drawn once —, attention weights [B, T, S] or None for a site
+    that records none)`` — the model's own
     ``simulate(batch, generator)``, or its program run once per target position t (z_t from
     the prior at t given the simulated y<t, then y_t from the observed site's distribution
     given z_t; the program must be causal in y, as a decoder is). Draws use Pyro's RNG."""
@@ -269,19 +312,28 @@ def simulate(model, batch, generator=None):
     B, T = batch.tgt_out.shape
     sim = batch
     values, weights = [], []
+    program, whole = model.model, None
     for t in range(T):
         with recording() as calls, poutine.block():
-            trace = poutine.trace(model.model).get_trace(sim)
+            trace = poutine.trace(program).get_trace(sim)
         if site not in trace.nodes:
             raise MissingCapability(f"{type(model).__name__}: no site {site!r} in the model")
+        node = trace.nodes[site]
+        if t == 0 and not any(f.name == "target" for f in node["cond_indep_stack"]):
+            # one value per sentence (a tree outside the target plate): drawn once, kept for
+            # every position — not drawn again at each
+            whole = node["value"]
+            program = poutine.condition(model.model, data={site: whole})
         y_t = _observed_target(trace, site, B, T).sample()[:, t]
         out = sim.tgt_out.clone()
         out[:, t] = y_t
         sim = with_targets(sim, out)
-        values.append(trace.nodes[site]["value"][:, t])
+        if whole is None:
+            values.append(node["value"][:, t])
         call = next(c for c in calls if c.name == site)
-        weights.append(call.weights[:, t])
-    return sim, torch.stack(values, 1), torch.stack(weights, 1)
+        weights.append(None if call.weights is None else call.weights[:, t])
+    value = whole if whole is not None else torch.stack(values, 1)
+    return sim, value, None if weights[0] is None else torch.stack(weights, 1)
 
 
 # --- checks -----------------------------------------------------------------------------------

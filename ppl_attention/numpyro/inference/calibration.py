@@ -30,12 +30,15 @@ def distortion(kind: str, factor: float):
 
     from ...errors import UserError
     from ..distributions import MaskedDirichlet
+    from ..trees import DependencyTree
 
     def distort(fn):
         mask = None
         if isinstance(fn, MaskedDistribution):
             fn, mask = fn.base_dist, fn._mask
-        if kind == "logits" and getattr(fn.support, "is_discrete", False) \
+        if kind == "logits" and isinstance(fn, DependencyTree):  # a tree: its arc scores
+            new = fn._same_kind(fn.theta * factor)
+        elif kind == "logits" and getattr(fn.support, "is_discrete", False) \
                 and hasattr(fn, "logits"):
             new = type(fn)(logits=fn.logits * factor)
         elif kind == "concentration" and isinstance(fn, MaskedDirichlet):
@@ -120,6 +123,10 @@ def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
     sim, value, weights = simulate(model, params, jb, key)
     B, T = batch.tgt_out.shape
     S = batch.src.shape[1]
+    if getattr(fam, "tree", False):
+        out = _tree_arrays(model, params, m, sim, value, draws, key, distort, B, S)
+        out["_sim"] = (jb, model, params, sim, value)
+        return out
     crop = (slice(0, B), slice(0, T))
     out = {"mask": np.asarray(sim.tgt_mask)[crop], "_sim": (jb, model, params, sim, value)}
     if "exact-posterior" in capabilities(model):
@@ -154,6 +161,38 @@ def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
     out["q_values"] = kept if fam.latent_context else kept[..., :S]
     out["logq_draws"] = np.asarray(logq)[:, :B]
     out["logq_truth"] = np.asarray(logq_truth)[0, :B]
+    return out
+
+
+def _tree_arrays(model, params, m, sim, value, draws, key, distort, B, S) -> dict:
+    """The Pyro side's ``_tree_arrays`` under NumPyro: per word, q's arc marginals and the
+    exact log q of L of its trees and of the simulated one; the same of the exact posterior
+    (``exact_``, the tree of θ + φ) where the model has arc emissions — distorted by
+    ``distort`` when the method has no guide (``tree-exact``)."""
+    from ..trees import DependencyTree
+    from .evaluate import tree_scores
+
+    Bp, Sp = sim.src.shape
+    heads = value.reshape(Bp, Sp)
+    out = {"mask": np.asarray(sim.src_mask)[:B, :S], "truth": np.asarray(heads)[:B, :S]}
+    posteriors = {}
+    if m.posterior != "none":
+        posteriors[""] = _guide_site(model, params, sim, m.posterior, key, distort)[0]["fn"]
+    if "arc-emissions" in capabilities(model):
+        fam = model.family
+        scores, lengths = tree_scores(model, params, sim, posterior=True)
+        exact = DependencyTree(scores, lengths, projective=fam.projective,
+                               single_root=fam.single_root)
+        posteriors["exact_"] = exact if distort is None or m.posterior != "none" else \
+            distort(exact)
+    for prefix, fn in posteriors.items():
+        mu = fn.marginals.reshape(Bp, Sp, Sp)
+        out["q_probs" if prefix == "" else "exact_probs"] = \
+            np.asarray(jnp.swapaxes(mu, -1, -2))[:B, :S, :S]
+        draws_ = fn.sample(jax.random.fold_in(key, 2), (draws,))
+        out[f"{prefix}logq_draws"] = np.asarray(fn.log_prob(draws_).reshape(draws, Bp))[:, :B]
+        out[f"{prefix}logq_truth"] = np.asarray(
+            fn.log_prob(heads.reshape(fn.batch_shape + (Sp,))).reshape(Bp))[:B]
     return out
 
 

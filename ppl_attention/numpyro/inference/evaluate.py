@@ -28,7 +28,7 @@ from .methods import enumerated_guide_loss, get_method, make_elbo
 from .twins import parameter_pairs, params_from_torch, twin_of
 
 __all__ = ["MULTIPLE", "model_and_params", "nll_per_token", "elbo_per_token",
-           "map_alignments", "alignment_links", "map_trees", "map_trees_by_index",
+           "map_alignments", "alignment_links", "map_trees", "map_trees_by_index", "tree_scores",
            "log_importance_weights", "jitted", "jax_batches"]
 
 MULTIPLE = "bucket"  # S and T padded up to a few bucket lengths: few shapes, few compilations
@@ -218,17 +218,30 @@ def map_alignments(run, batch) -> np.ndarray:
     return np.asarray(jnp.argmax(a, -1))[:B, :T]
 
 
+def tree_scores(model, params, jb, posterior: bool = True):
+    """The arc scores of the model's tree of each source ``[B, S, S]`` on a padded batch ``jb``
+    and the source lengths ``[B]`` (the Pyro side's ``tree_scores``): the prior's, recorded
+    from its ``attend`` call with one tree per query pooled by summing their arc scores — and
+    where the model has arc emissions (with ``posterior``) the exact posterior's, θ + φ."""
+    scores = _recorded(model, "model", None, "arcs")(params, jb)
+    scores = scores.reshape(scores.shape[0], -1, *scores.shape[-2:]).sum(1)
+    if posterior and "arc-emissions" in capabilities(model):
+        from ..models.base import call
+
+        phi = call(model.arc_emission_scores, params, jb, rng_key=jax.random.PRNGKey(0))
+        scores = scores + phi.reshape(phi.shape[0], -1, *phi.shape[-2:]).sum(1)
+    return scores, jnp.asarray(jb.src_mask.sum(-1))
+
+
 def map_trees(run, batch) -> list[list[int]]:
-    """The MAP tree of each source under the model's prior tree (the Pyro side's
-    ``map_trees``: one tree per query pooled by summing their arc scores)."""
+    """The MAP tree of each source under :func:`tree_scores` (the exact posterior's where the
+    model has arc emissions, else the prior's), heads of the real words per pair."""
     from ..trees import DependencyTree
 
     jb = to_jax(batch, None, MULTIPLE)
     model, p = model_and_params(run, jb)
     B = batch.size
-    scores = _recorded(model, "model", None, "arcs")(p, jb)
-    scores = scores.reshape(scores.shape[0], -1, *scores.shape[-2:]).sum(1)
-    lengths = jnp.asarray(jb.src_mask.sum(-1))
+    scores, lengths = tree_scores(model, p, jb)
     fam = model.family
     heads = np.asarray(DependencyTree(scores, lengths, projective=fam.projective,
                                       single_root=fam.single_root).argmax())

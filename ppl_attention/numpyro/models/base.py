@@ -190,7 +190,8 @@ def _enumerated_joint(model, params, batch, globals_: dict | None = None):
         program = handlers.block(handlers.condition(program, data=globals_),
                                  hide=list(globals_))
     fn = enum(handlers.seed(program, 0), first_available_dim=-1 - nest)
-    trace = handlers.trace(fn).get_trace(batch, enumerate_z=True, kl_scale=1.0)
+    deterministic = bool(getattr(model.family, "deterministic", False))  # as it stands
+    trace = handlers.trace(fn).get_trace(batch, enumerate_z=not deterministic, kl_scale=1.0)
     B, T = batch.tgt_out.shape
     name = type(model).__name__
     enumerated = [n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]
@@ -259,16 +260,54 @@ def posterior_given(model, params, batch, globals_: dict):
     return jnp.transpose(jax.nn.softmax(joint, 0), (1, 2, 0))
 
 
+def _summed_out_tree(model, params, batch):
+    """A latent tree whose emission factors over arcs, summed out by the model itself
+    (``enumerate_z=True``, the method ``tree-exact``): the sentence's log p(y | x) on its
+    first target token, 0 elsewhere ``[B, T]`` (the Pyro side's ``_summed_out_tree``)."""
+    trace = handlers.trace(handlers.seed(substitute_params(model.model, params), 0)
+                           ).get_trace(batch, enumerate_z=True, kl_scale=1.0)
+    B, T = batch.tgt_out.shape
+    name = type(model).__name__
+    total = None
+    for n, site in trace.items():
+        if site["type"] != "sample":
+            continue
+        if not site["is_observed"]:
+            raise MissingCapability(
+                f"{name}: with enumerate_z=True its model samples the site {n!r}; a model with "
+                f"arc emissions sums the tree out itself there "
+                f"(pa.numpyro.trees.tree_log_likelihood) — or implement "
+                f"exact_token_log_likelihood")
+        lp = site_log_prob(site)
+        dim = next((f.dim for f in site["cond_indep_stack"] if f.name == "batch"), None)
+        if dim is None or lp.ndim < -dim or lp.shape[dim] != B:
+            raise MissingCapability(
+                f"{name}: site {n!r} (log-density shape {list(lp.shape)}) is not under "
+                f"numpyro.plate('batch', {B}); the summed-out tree's likelihood is read per pair")
+        right = tuple(range(lp.ndim + dim + 1, lp.ndim))
+        lp = lp.sum(right) if right else lp
+        lp = lp.reshape(-1, B).sum(0)
+        total = lp if total is None else total + lp
+    if total is None:
+        raise MissingCapability(f"{name}: with enumerate_z=True its model scores nothing (no "
+                                f"observed site or factor)")
+    return jnp.zeros((B, T), total.dtype).at[:, 0].set(total)
+
+
 def exact_token_log_likelihood(model, params, batch):
     """log p(y_t | x, y<t) ``[B, T]``: the model's own member (run with ``params``
     substituted), or its one enumerated site summed out (a deterministic family: the
-    log-likelihood as it stands)."""
+    log-likelihood as it stands; a tree with arc emissions: the model's own sum over trees,
+    the sentence's log p(y | x) on its first token)."""
     B, T = batch.tgt_out.shape
     if _own(model, "exact_token_log_likelihood"):
         out = call(model.exact_token_log_likelihood, params, batch)
         check_shape(model, "exact_token_log_likelihood", out, (B, T))
         return out
     require(model, "exact-likelihood", tool="the exact likelihood")
+    fam = model.family
+    if getattr(fam, "tree", False) and not getattr(fam, "deterministic", False):
+        return _summed_out_tree(model, params, batch)
     joint, enumerated = _enumerated_joint(model, params, batch)
     ll = jax.nn.logsumexp(joint, 0) if enumerated else jnp.broadcast_to(joint, (B, T))
     return jnp.where(batch.tgt_mask, ll, 0.0)
@@ -341,18 +380,21 @@ def _observed_target(trace, site: str, B: int, T: int):
     return fns[0]
 
 
-def _simulation_step(model, params, sim, key, t):
+def _simulation_step(model, params, sim, key, t, whole=None):
     """Position ``t`` of :func:`simulate`: the program run on the targets simulated so far,
     z_t from its prior, y_t from its observed site; ``t`` may be traced (one compilation for
-    every position)."""
+    every position). Returns the site's whole value (the caller takes position t of it) and
+    the weights at t; ``whole``: the site's value held fixed (one per sentence)."""
     from ..attend import recording
 
     site = declared(model, "site")
     B, T = sim.tgt_out.shape
     k_model, k_y = jax.random.split(jax.random.fold_in(key, t))
+    program = substitute_params(model.model, params)
+    if whole is not None:
+        program = handlers.condition(program, data={site: whole})
     with recording() as calls:
-        trace = handlers.trace(handlers.seed(substitute_params(model.model, params),
-                                             k_model)).get_trace(sim)
+        trace = handlers.trace(handlers.seed(program, k_model)).get_trace(sim)
     if site not in trace:
         raise MissingCapability(f"{type(model).__name__}: no site {site!r} in the model")
     y_t = _observed_target(trace, site, B, T).sample(k_y)[:, t]
@@ -360,28 +402,34 @@ def _simulation_step(model, params, sim, key, t):
     tgt_in = jnp.concatenate([sim.tgt_in[:, :1], out[:, :-1]], 1)
     sim = sim._replace(tgt_out=out, tgt_in=jnp.where(sim.tgt_mask, tgt_in, sim.tgt_in))
     weights = next(c for c in calls if c.name == site).weights
-    return sim, trace[site]["value"][:, t], weights[:, t]
+    return sim, trace[site]["value"], None if weights is None else weights[:, t]
 
 
 def simulate(model, params, batch, key):
     """A draw from p(z, y | x) with the batch's target lengths: ``(batch with the simulated
-    targets, alignment value [B, T, …], attention weights [B, T, S])`` — the model's own
-    ``simulate(batch, key)``, or its program run once per target position t (z_t from the
-    prior given the simulated y<t, then y_t from the observed site given z_t; the program must
-    be causal in y, as a decoder is), each position by one jitted step."""
+    targets, alignment value [B, T, …] — for a site outside the target plate, one tree per
+    sentence, its value [B, 1, …] drawn once —, attention weights [B, T, S] or None)`` — the
+    model's own ``simulate(batch, key)``, or its program run once per target position t (z_t
+    from the prior given the simulated y<t, then y_t from the observed site given z_t; the
+    program must be causal in y, as a decoder is), each position by one jitted step."""
     if _own(model, "simulate"):
         return call(model.simulate, params, batch, key)
     store = model.__dict__.setdefault("_jitted", {})
     if "simulation-step" not in store:
         store["simulation-step"] = jax.jit(
-            lambda p, s, k, t: _simulation_step(model, p, s, k, t))
+            lambda p, s, k, t, w: _simulation_step(model, p, s, k, t, w))
     step = store["simulation-step"]
-    sim, values, weights = batch, [], []
-    for t in range(batch.tgt_out.shape[1]):
-        sim, v, w = step(params, sim, key, jnp.asarray(t))
-        values.append(v)
+    T = batch.tgt_out.shape[1]
+    sim, values, weights, whole = batch, [], [], None
+    for t in range(T):
+        sim, v, w = step(params, sim, key, jnp.asarray(t), whole)
+        if t == 0 and T > 1 and v.shape[1] == 1:  # one value per sentence: kept for every t
+            whole = v
+        if whole is None:
+            values.append(v[:, t])
         weights.append(w)
-    return sim, jnp.stack(values, 1), jnp.stack(weights, 1)
+    value = whole if whole is not None else jnp.stack(values, 1)
+    return sim, value, None if weights[0] is None else jnp.stack(weights, 1)
 
 
 def soft_token_log_likelihood(model, params, batch):
