@@ -357,3 +357,21 @@ def test_a_users_model_file_travels_with_ray_jobs(tmp_path, data_dir):
     cls = load_model_class("/no/such/node/path/diagonal.py:DiagonalAlignment",
                            source=model.read_bytes())
     assert cls.__name__ == "DiagonalAlignment"
+
+
+def test_the_contract_tables_in_the_docs_are_the_registrys(monkeypatch):
+    """docs/architecture.md holds the tables generated from the method registry, the family
+    specs and the capabilities; changing a method's needs without regenerating them fails this
+    test (shown here by planting one: hard-sample without its soft baseline)."""
+    import dataclasses
+
+    from ppl_attention import contract
+    from ppl_attention.core import methods
+
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    assert contract.contract_tables() in docs
+    row = contract.method_rows(methods.METHOD_SPECS["hard-sample"])
+    assert "soft_token_log_likelihood" in row[-1] and "baseline=[B, T]" in row[3]
+    planted = dataclasses.replace(methods.METHOD_SPECS["hard-sample"], baseline=None)
+    monkeypatch.setitem(methods.METHOD_SPECS, "hard-sample", planted)
+    assert contract.contract_tables() not in docs

@@ -59,7 +59,7 @@ def _analysis_split(run, args, path):
     require(run.model, "alignment", tool=args.command)
     split = eval_split(run, args)
     n_unk = n_tok = 0
-    for pair in split.pairs:
+    for pair in split.pairs if run.src_vocab is not None else ():  # bags have no vocabulary
         for side, vocab in ((pair[0], run.src_vocab), (pair[1], run.tgt_vocab)):
             n_tok += len(side)
             n_unk += vocab.encode(list(side))[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..contract import declared, require
 from ..core import jsonio
 from ..core.global_methods import is_global_method
-from ..data import DataError, make_batches, read_tsv
+from ..data import DataError, make_batches
 from ..data.kinds import data_kind
 from ..data.pharaoh import format_pharaoh
 from ..devices import jax_default_device, torch_device
@@ -92,7 +92,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("align", help="MAP alignments in Pharaoh format to stdout (a tree "
                                      "family: each source's MAP tree in CoNLL-U)")
     p.add_argument("run")
-    p.add_argument("--data", required=True, help="a TSV file of pairs")
+    p.add_argument("--data", required=True, help="a TSV file of pairs (bags: an .npz file)")
     add_posterior(p)
     p.add_argument("--khat", metavar="FILE", help="with --posterior importance: write each "
                    "pair's k̂ to FILE, one a line (nan where not estimated)")
@@ -170,7 +170,8 @@ def cmd_align(args) -> int:
         raise UserError("--khat writes the k̂ of --posterior importance; give that too")
     run = load_run(args.run, args)
     require(run.model, "alignment", tool="align")
-    pairs = read_tsv(args.data)
+    kind = data_kind(declared(run.model, "data"))
+    pairs = kind.evaluation_split(run.config.get("data", {}), args.data).pairs
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64)
     n_unk = sum(b.n_unk for b in batches)
     if n_unk:

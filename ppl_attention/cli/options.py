@@ -113,9 +113,8 @@ def add_data_source(p, cls, required: bool = True) -> None:
     g = p.add_argument_group(f"data ({kind.name})")
     src = g.add_mutually_exclusive_group(required=required)
     src.add_argument("--task", choices=kind.tasks, help="a built-in task")
-    if kind.name in ("pairs", "sequences"):
-        src.add_argument("--data-dir",
-                         help="folder with train.tsv, valid.tsv, test.tsv (+ *.align)")
+    if kind.data_dir_help:
+        src.add_argument("--data-dir", help=kind.data_dir_help)
     g.add_argument("--task-seed", type=int, default=0, help="seed of the task generator")
     for name, (default, text, typ) in kind.options.items():
         if typ is bool:

@@ -63,6 +63,10 @@ class FamilySpec:
     #: what is known to make training with this family diverge, and what to try (the
     #: divergence message of a run quotes it)
     instability: str = ""
+    #: what the alignment site's value is, with its shape (the contract's table)
+    value: str = ""
+    #: what ``model(batch, enumerate_z=True)`` must do for this family (the contract's table)
+    enumerated: str = "never asked: no method of this family enumerates"
 
     def validate(self, **kwargs) -> dict:
         """The family's full configuration: every parameter checked, defaults filled in."""
@@ -87,40 +91,62 @@ _BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
 _TREE = {"projective": (True, _bool("projective")), "single_root": (True, _bool("single_root"))}
 
 FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
-    FamilySpec("soft", deterministic=True),
+    FamilySpec("soft", deterministic=True,
+               value="none: the weights softmax(scores) [B, T, S], context weights @ values"),
     FamilySpec("categorical", enumerable=True,
+               value="a source position z_t [B, T] (int); the context values[z_t] [..., B, T, dv]",
+               enumerated="write the site with infer={'enumerate': 'parallel'} and no target_mask: "
+               "its values broadcast on a new left dim [S, 1, 1] through everything after it",
                instability="a sampled categorical guide's score-function gradient has high "
                "variance (hard-sample, vae-sample): lower --lr or --clip, or enumerate "
                "(hard-enum, vae-enum)"),
     FamilySpec("relaxed-categorical", reparameterized=True,
+               value="a point of the simplex [B, T, S] (0 on masked positions)",
                params={"temperature": (0.5, _positive("temperature"))},
                instability="a low temperature makes the Concrete densities very peaked: raise "
                "the temperature or lower --lr"),
     FamilySpec("dirichlet", reparameterized=True,
+               value="a point of the simplex [B, T, S] (0 on masked positions)",
                params={"concentration": (1.0, _positive("concentration")),
                        "eps": (1e-3, _positive("eps"))},
                instability="q's concentrations fall to eps as its scores spread, where the "
                "Gamma draws and their gradients are extreme: lower --lr or --clip"),
     FamilySpec("weibull", reparameterized=True, normalizes=True,
+               value="unnormalized weights S [B, T, S] > 0; attention S / Σ S",
                params={"k": (10.0, _positive("k")), "beta": (1.0, _positive("beta")), **_BAM},
                instability="a large k makes the Weibull nearly deterministic and its KL to the "
                "Gamma prior steep: lower --lr, or anneal the KL longer (--anneal-rho)"),
     FamilySpec("lognormal", reparameterized=True, normalizes=True,
+               value="unnormalized weights S [B, T, S] > 0; attention S / Σ S",
                params={"sigma": (0.5, _positive("sigma")),
                        "prior_sigma": (1.0, _positive("prior_sigma")), **_BAM},
                instability="a small sigma makes the LogNormal KL steep: lower --lr, or anneal "
                "the KL longer (--anneal-rho)"),
     FamilySpec("gaussian-context", reparameterized=True, latent_context=True,
+               value="the context vector c [B, T, dv] itself (weights: the soft ones)",
                params={"prior": ("values-mean", _choice("prior", ("zero", "values-mean", "soft"))),
                        "prior_scale": (1.0, _positive("prior_scale")),
                        "posterior_scale": (0.1, _positive("posterior_scale"))}),
     FamilySpec("markov-categorical", enumerable=True, markov=True,
+               value="a monotonic chain of positions z_1..T (written by the model through "
+               "MonotonicAlignment, not by attend)",
+               enumerated="sum the chain out exactly (MonotonicAlignment.log_partition as a "
+               "factor): hmm-exact",
                params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
-    FamilySpec("segment-crf", deterministic=True),
+    FamilySpec("segment-crf", deterministic=True,
+               value="none: a binary CRF's marginals as weights [B, T, S]"),
     FamilySpec("tree", tree=True, params=_TREE,
+               value="a dependency tree, heads [B, 1, S] (one per sentence, outside the target "
+               "plate) or [B, T, S] (one per query); the context reads each word with its "
+               "parent and children, [B, T, 3·dv]",
+               enumerated="sum the tree out itself where the emission factors over arcs: a "
+               "factor of pa.trees.tree_log_likelihood(prior, arc_emission_scores(batch)) under "
+               "the batch plate, nothing sampled (tree-exact)",
                instability="a sampled tree's score-function gradient has high variance: lower "
                "--lr or --clip"),
-    FamilySpec("tree-marginals", tree=True, deterministic=True, params=_TREE),
+    FamilySpec("tree-marginals", tree=True, deterministic=True, params=_TREE,
+               value="none: the arc marginals [B, 1 or T, S, S]; the context is their "
+               "expectation, [B, T, 3·dv]"),
 ]}
 
 

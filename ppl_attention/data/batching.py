@@ -36,6 +36,9 @@ class Batch:
     index: object
     gold: object | None = None
     n_unk: int = 0
+    #: real-valued features of each source position ``[B, S, F]`` (bags of instances:
+    #: :mod:`ppl_attention.data.bags`), or None
+    features: object | None = None
 
     @property
     def size(self) -> int:
@@ -51,7 +54,8 @@ class Batch:
             return None if t is None else t.to(device)
 
         return Batch(move(self.src), move(self.src_mask), move(self.tgt_in), move(self.tgt_out),
-                     move(self.tgt_mask), move(self.index), move(self.gold), self.n_unk)
+                     move(self.tgt_mask), move(self.index), move(self.gold), self.n_unk,
+                     move(self.features))
 
 
 def _pad(seqs: list[list[int]], pad: int) -> np.ndarray:
@@ -101,7 +105,17 @@ def make_batches(pairs: list[Pair], src_vocab: Vocab, tgt_vocab: Vocab, batch_si
                  gold: list | None = None, shuffle: bool = False, seed: int = 0,
                  array: str = "torch") -> list[Batch]:
     """Sort by length into buckets of ``batch_size`` (little padding); shuffle bucket order.
-    ``array``: torch tensors (a Pyro model's) or NumPy arrays (the NumPyro side's)."""
+    ``array``: torch tensors (a Pyro model's) or NumPy arrays (the NumPyro side's). Bags of
+    instances (:class:`~ppl_attention.data.bags.Bag`, no vocabularies) are batched the same
+    way, by their sizes."""
+    from .bags import Bag, collate_bags
+
+    if pairs and isinstance(pairs[0], Bag):
+        order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i]), i))
+        chunks = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+        if shuffle:
+            random.Random(seed).shuffle(chunks)
+        return [collate_bags([pairs[i] for i in c], c, array) for c in chunks]
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), len(pairs[i][1]), i))
     chunks = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
     if shuffle:

@@ -12,7 +12,8 @@ import torch
 
 from ..errors import UserError
 
-__all__ = ["DigitsData", "ImageBatch", "load_digits_patches", "to_patches", "image_batches"]
+__all__ = ["DigitsData", "ImageBatch", "load_digits_patches", "to_patches", "image_batches",
+           "read_image_tokens"]
 
 N_TRAIN = 1300
 
@@ -23,7 +24,7 @@ class DigitsData:
     train_y: torch.Tensor  # [N]
     test_x: torch.Tensor
     test_y: torch.Tensor
-    test_x_noisy: torch.Tensor
+    test_x_noisy: torch.Tensor | None  # None: no noisy copy (a --data-dir)
     n_classes: int = 10
 
 
@@ -84,3 +85,50 @@ def load_digits_patches(patch: int = 2, noise: float = 0.3, seed: int = 0) -> Di
     y = torch.as_tensor(d.target, dtype=torch.long)
     return DigitsData(to_patches(images[tr], patch), y[tr], to_patches(images[te], patch), y[te],
                       to_patches(noisy, patch))
+
+
+def read_image_tokens(data_dir) -> DigitsData:
+    """A ``--data-dir`` of token-sequence examples for the ``images`` kind: ``train.npz`` and
+    ``test.npz`` each holding ``x [N, n_tokens, token_dim]`` (float) and ``y [N]`` (int labels
+    0 … C−1). No noisy copy (``test_x_noisy`` is None: reports give the clean figures only).
+    Refused, naming the file and the array: a missing file or array, another array, shapes
+    that disagree, a non-finite value, a label outside the training labels."""
+    from pathlib import Path
+
+    from ..errors import DataError
+
+    def read(name):
+        path = Path(data_dir) / f"{name}.npz"
+        if not path.is_file():
+            raise DataError(f"{path}: missing (an images --data-dir holds train.npz and test.npz "
+                            f"with x [N, n_tokens, token_dim] and y [N])")
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in f.files}
+        except (OSError, ValueError) as e:
+            raise DataError(f"{path}: not a NumPy .npz archive of plain arrays ({e})") from None
+        if set(arrays) != {"x", "y"}:
+            raise DataError(f"{path}: holds {', '.join(sorted(arrays)) or 'nothing'}; an images "
+                            f"file holds exactly x [N, n_tokens, token_dim] and y [N]")
+        x, y = arrays["x"], arrays["y"]
+        if x.ndim != 3 or not np.issubdtype(x.dtype, np.number) or not len(x):
+            raise DataError(f"{path}: x must be a numeric [N, n_tokens, token_dim] array with "
+                            f"N ≥ 1, got {x.dtype} of shape {list(x.shape)}")
+        if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+            raise DataError(f"{path}: y must be {len(x)} labels ≥ 0 (ints), got {y.dtype} of "
+                            f"shape {list(y.shape)}")
+        if not np.isfinite(x).all():
+            n = int(np.argwhere(~np.isfinite(x))[0][0])
+            raise DataError(f"{path}: x is not finite in example {n} (counted from 0)")
+        return torch.as_tensor(x.astype(np.float32)), torch.as_tensor(y.astype(np.int64)), path
+
+    train_x, train_y, _ = read("train")
+    test_x, test_y, where = read("test")
+    if test_x.shape[1:] != train_x.shape[1:]:
+        raise DataError(f"{where}: examples of shape {list(test_x.shape[1:])}, the training "
+                        f"ones are {list(train_x.shape[1:])}")
+    n_classes = int(train_y.max()) + 1
+    if int(test_y.max()) >= n_classes:
+        raise DataError(f"{where}: label {int(test_y.max())}; the training data has "
+                        f"{n_classes} classes")
+    return DigitsData(train_x, train_y, test_x, test_y, None, max(n_classes, 2))

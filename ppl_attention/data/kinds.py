@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..errors import DataError, UserError
 from .batching import array_kind, make_batches
+from .conllu import read_conllu
 from .corpus import read_sequences, read_tsv
 from .pharaoh import read_pharaoh
 from .tasks import TASKS, Split, make_task
@@ -66,7 +67,8 @@ def cached_task(task: str, task_seed: int = 0, n_train: int | None = None, stres
 
 
 def load_split(data_dir: Path, name: str, required: bool = True) -> Split | None:
-    """``DIR/name.tsv`` with its gold ``DIR/name.align`` when present."""
+    """``DIR/name.tsv`` with its gold alignments ``DIR/name.align`` (Pharaoh) and its gold
+    trees of the sources ``DIR/name.conllu`` (CoNLL-U: UAS in ``evaluate``) when present."""
     tsv = Path(data_dir) / f"{name}.tsv"
     if not tsv.exists():
         if required:
@@ -75,7 +77,17 @@ def load_split(data_dir: Path, name: str, required: bool = True) -> Split | None
     pairs = read_tsv(tsv)
     align = Path(data_dir) / f"{name}.align"
     gold = read_pharaoh(align, pairs) if align.exists() else None
-    return Split(pairs, gold)
+    conllu = Path(data_dir) / f"{name}.conllu"
+    trees = read_conllu(conllu, pairs) if conllu.exists() else None
+    return Split(pairs, gold, trees=trees)
+
+
+def gold_for(pairs: list, gold) -> dict:
+    """What ``--gold FILE`` holds for ``pairs``: trees of the sources when it is CoNLL-U
+    (``.conllu``), else Pharaoh alignments."""
+    if str(gold).endswith(".conllu"):
+        return {"trees": read_conllu(gold, pairs)}
+    return {"gold": read_pharaoh(gold, pairs)}
 
 
 class DataKind:
@@ -90,6 +102,11 @@ class DataKind:
     #: the observations are discrete (tokens, labels): an NLL below 0 is impossible
     #: (:mod:`ppl_attention.core.divergence`)
     discrete_observations = True
+    #: a batch is laid out as a pairs batch, so the alignment site ``[B, T]`` over the S source
+    #: positions is an alignment the tools read (``align``, AER, ``analyze``, ``calibrate``)
+    alignments = False
+    #: what ``--data-dir`` holds for this kind (None: it reads built-in tasks only)
+    data_dir_help: str | None = None
 
     def source(self, task=None, data_dir=None, task_seed: int = 0, **options) -> dict:
         """The recorded data source, checked: a built-in task of this kind or a data dir."""
@@ -132,6 +149,9 @@ class PairsData(DataKind):
 
     name = "pairs"
     dims = ("src_vocab", "tgt_vocab")
+    alignments = True
+    data_dir_help = ("folder with train.tsv, valid.tsv, test.tsv (+ gold alignments *.align, "
+                     "gold source trees *.conllu)")
     tasks = ("copy", "reverse", "reorder", "durations", "g2p", "trees", "wordalign")
     options = {"n_train": (None, "training pairs of a built-in task (default: the task's own; "
                            "valid and test sets do not depend on it)", int),
@@ -167,7 +187,7 @@ class PairsData(DataKind):
     def evaluation_split(self, source: dict, data=None, gold=None, data_dir=None):
         if data is not None:
             pairs = read_tsv(data)
-            return Split(pairs, read_pharaoh(gold, pairs) if gold else None)
+            return Split(pairs, None, **(gold_for(pairs, gold) if gold else {}))
         if gold is not None:
             raise UserError("--gold goes with --data")
         if data_dir is not None:
@@ -194,6 +214,8 @@ class SequencesData(PairsData):
 
     name = "sequences"
     dims = ("vocab",)
+    data_dir_help = "folder with train.tsv, valid.tsv, test.tsv (one --side of each, or one "\
+        "sequence a line)"
     options = {"n_train": PairsData.options["n_train"],
                "side": ("target", "which side of a pair corpus (or task) is the sequence", str),
                "on_long": ("error", "a sequence longer than the model's max_len: error, or "
@@ -279,18 +301,100 @@ def limit_length(seqs: list[list[str]], where: str, max_len: int, on_long: str) 
     return [s[:max_len] for s in seqs]
 
 
+class BagsData(DataKind):
+    """Bags of real-valued instances, one label each (:mod:`ppl_attention.data.bags`): the
+    built-in ``--task digit-bags`` or a ``--data-dir`` with ``train.npz``, ``test.npz`` and
+    optionally ``valid.npz`` (arrays ``x [N, M, F]``, ``y [N]``, optional ``mask [N, M]``).
+    A batch is laid out as a pairs batch with one target, the label; the model reads the
+    instances' features as ``batch.features [B, S, F]``."""
+
+    name = "bags"
+    dims = ("n_features", "n_classes")
+    alignments = True
+    data_dir_help = ("folder with train.npz, test.npz (+ valid.npz): x [N, M, F] float, "
+                     "y [N] int, optional mask [N, M] bool")
+    tasks = ("digit-bags",)
+    options = {"n_train": (None, "training bags of --task digit-bags (default 600; valid and "
+                           "test sets do not depend on it)", int)}
+
+    def source(self, task=None, data_dir=None, task_seed: int = 0, **options) -> dict:
+        src = super().source(task, data_dir, task_seed, **options)
+        if "data_dir" in src and src.get("n_train") is not None:
+            raise UserError("--n-train sets the size of a built-in --task, not of a --data-dir")
+        if src.get("n_train") is not None and src["n_train"] < 1:
+            raise UserError(f"--n-train must be at least 1, got {src['n_train']}")
+        return {k: v for k, v in src.items() if v is not None}
+
+    def splits(self, source: dict) -> tuple:
+        if "data_dir" in source:
+            d = Path(source["data_dir"])
+            return tuple(self._read(d / f"{s}.npz") if s != "valid" or
+                         (d / f"{s}.npz").is_file() else None
+                         for s in ("train", "valid", "test"))
+        from .bags import digit_bags
+
+        kwargs = {} if source.get("n_train") is None else {"n_train": source["n_train"]}
+        task = digit_bags(seed=source.get("task_seed", 0), **kwargs)
+        return task.train, task.valid, task.test
+
+    @staticmethod
+    def _read(path: Path) -> Split:
+        from .bags import read_bags
+
+        return Split(read_bags(path), None)
+
+    def load(self, source: dict) -> Dataset:
+        from .bags import check_labels
+
+        train, valid, test = self.splits(source)
+        n_classes = max(b.label for b in train.pairs) + 1
+        widths = {b.features.shape[1] for s in (train, valid, test) if s for b in s.pairs}
+        if len(widths) != 1:
+            raise DataError(f"bags with different numbers of features across the splits: "
+                            f"{sorted(widths)}")
+        for name, split in (("valid", valid), ("test", test)):
+            if split is not None:
+                check_labels(split.pairs, n_classes, f"{name} split")
+        return Dataset(self.name, source, train, valid, test,
+                       {"src_vocab": None, "tgt_vocab": None},
+                       {"n_features": widths.pop(), "n_classes": max(n_classes, 2)})
+
+    def evaluation_split(self, source: dict, data=None, gold=None, data_dir=None):
+        if gold is not None:
+            raise UserError("--gold: bags have no gold alignments to score (their label is the "
+                            "target)")
+        if data is not None:
+            return self._read(Path(data))
+        if data_dir is not None:
+            return self._read(Path(data_dir) / "test.npz")
+        return self.splits(source)[2]
+
+    def batches(self, split, vocabs: dict, batch_size: int, shuffle: bool = False,
+                seed: int = 0, model=None, source: dict | None = None) -> list:
+        return make_batches(split.pairs, None, None, batch_size, shuffle=shuffle, seed=seed,
+                            array=array_kind(model))
+
+
 class ImagesData(DataKind):
-    """scikit-learn's bundled 8×8 digits as sequences of 2×2-patch tokens (``--task digits``);
-    the test split also holds a noisy copy (pixel noise of sd ``noise``)."""
+    """Examples as sequences of real-valued tokens with a class label: scikit-learn's bundled
+    8×8 digits as 2×2-patch tokens (``--task digits``; the test split also holds a noisy copy,
+    pixel noise of sd ``noise``), or a ``--data-dir`` with ``train.npz`` and ``test.npz`` holding
+    ``x [N, n_tokens, token_dim]`` float and ``y [N]`` int labels (no noisy copy)."""
 
     name = "images"
     dims = ("n_tokens", "token_dim", "n_classes")
+    data_dir_help = "folder with train.npz, test.npz: x [N, n_tokens, token_dim] float, y [N] int"
     tasks = ("digits",)
     options = {"noise": (0.3, "sd of the Gaussian pixel noise of the noisy test images", float)}
 
     def load(self, source: dict) -> Dataset:
         if "data_dir" in source:
-            raise UserError("images data comes from --task digits (no --data-dir reader)")
+            from .digits import read_image_tokens
+
+            d = read_image_tokens(Path(source["data_dir"]))
+            return Dataset(self.name, source, (d.train_x, d.train_y), None, d, {},
+                           {"n_tokens": d.train_x.shape[1], "token_dim": d.train_x.shape[2],
+                            "n_classes": d.n_classes})
         from .digits import load_digits_patches
 
         d = load_digits_patches(noise=source["noise"], seed=source.get("task_seed", 0))
@@ -341,7 +445,7 @@ class GraphData(DataKind):
 
 
 DATA_KINDS: dict[str, DataKind] = {k.name: k for k in (PairsData(), SequencesData(),
-                                                       ImagesData(), GraphData())}
+                                                       BagsData(), ImagesData(), GraphData())}
 
 
 def data_kind(name: str) -> DataKind:

@@ -91,7 +91,7 @@ class Distributed:
 
         return Batch(take(batch.src), take(batch.src_mask), take(batch.tgt_in),
                      take(batch.tgt_out), take(batch.tgt_mask), take(batch.index),
-                     take(batch.gold), batch.n_unk)
+                     take(batch.gold), batch.n_unk, take(batch.features))
 
     def all_sum(self, *values: float) -> list[float]:
         import torch.distributed as dist

@@ -170,9 +170,11 @@ class BAMClassifier(AlignmentModel):
 
     def extra_report(self, test, samples: int = 20, seed: int = 0) -> dict:
         """Accuracy with the mean weights, ECE and PAvPU of ``samples`` posterior draws, on the
-        clean and the noisy test images (``test``: the digits data)."""
-        return label_report(lambda x, s: predict_probs(self, x, s, seed),
-                            (("", test.test_x), ("_noisy", test.test_x_noisy)), test.test_y,
+        clean and (where the data has one) the noisy test images (``test``: the images
+        data)."""
+        cases = (("", test.test_x),) + ((("_noisy", test.test_x_noisy),)
+                                        if test.test_x_noisy is not None else ())
+        return label_report(lambda x, s: predict_probs(self, x, s, seed), cases, test.test_y,
                             samples)
 
 

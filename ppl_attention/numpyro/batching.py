@@ -18,6 +18,7 @@ class JaxBatch(NamedTuple):
     tgt_in: jnp.ndarray  # [B, T] int32
     tgt_out: jnp.ndarray  # [B, T] int32
     tgt_mask: jnp.ndarray  # [B, T] bool
+    features: jnp.ndarray | None = None  # [B, S, F] float: bags' instances (or None)
 
 
 #: the lengths a padded dimension takes (then multiples of 256): steps of 2 up to 12, then about
@@ -63,8 +64,14 @@ def to_jax(batch, rows: int | None = None, multiple: int | str = 1) -> JaxBatch:
 
     src_mask = pad(_np(batch.src_mask), S2, False)
     src_mask[B:, 0] = True  # a padded row still needs one position to attend to
+    features = getattr(batch, "features", None)
+    if features is not None:
+        f = _np(features)
+        padded = np.zeros((rows, S2, f.shape[-1]), f.dtype)
+        padded[: f.shape[0], : f.shape[1]] = f
+        features = jnp.asarray(padded)
     return JaxBatch(
         jnp.asarray(pad(src, S2, 0), jnp.int32), jnp.asarray(src_mask),
         jnp.asarray(pad(_np(batch.tgt_in), T2, 0), jnp.int32),
         jnp.asarray(pad(_np(batch.tgt_out), T2, 0), jnp.int32),
-        jnp.asarray(pad(_np(batch.tgt_mask), T2, False)))
+        jnp.asarray(pad(_np(batch.tgt_mask), T2, False)), features)

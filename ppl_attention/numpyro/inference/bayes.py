@@ -60,6 +60,10 @@ def one_batch(batches) -> JaxBatch:
                               ("tgt_out", T, 0), ("tgt_mask", T, False)):
         fields.append(jnp.asarray(np.concatenate([pad(getattr(p, name), width, fill)
                                                   for p in parts])))
+    if any(p.features is not None for p in parts):  # bags: their instances' features
+        fields.append(jnp.asarray(np.concatenate([
+            np.pad(np.asarray(p.features), ((0, 0), (0, S - p.features.shape[1]), (0, 0)))
+            for p in parts])))
     return JaxBatch(*fields)
 
 
