@@ -150,7 +150,7 @@ def make_step(model, method: str, clip: float = 0.0, weight_decay: float = 0.0,
             return tuple(x / n_tokens for x in loss(constrain(r, cons), key, batch, kl, kw))
 
         (_, neg_elbo), grads = jax.value_and_grad(per_token, has_aux=True)(raw)
-        norm = optax.global_norm(grads)
+        norm = optax.tree.norm(grads)
         updates, opt = tx.update(grads, opt, raw)
         raw = optax.apply_updates(raw, jax.tree.map(lambda u: -lr * u, updates))
         return raw, opt, jax.numpy.stack([neg_elbo, norm.astype(neg_elbo.dtype)])
