@@ -2,9 +2,9 @@
 site so that it can be simulated (and calibrated). Each source word m emits one label from its
 own embedding and its head's:
 
-    p(z | x)        = DependencyTree(θ),  θ = BiaffineArcScore(e(x))          (one tree per source)
-    p(y_m | z, x)   = softmax(W [e(x_m); e(x_head(m))] + b)_{y_m}              (the root's head: r)
-    p(<eos> | x)    = softmax(c)_{<eos>}                                        (after the last word)
+    p(z | x)       = DependencyTree(θ),  θ = BiaffineArcScore(e(x))     (one tree per source)
+    p(y_m | z, x)  = softmax(W [e(x_m); e(x_head(m))] + b)_{y_m}         (the root's head: r)
+    p(<eos> | x)   = softmax(c)_{<eos>}                                   (after the last word)
 
 so log p(y | z, x) = Σ_{(h→m) ∈ z} φ_hm + log p(<eos>) with φ_hm = log p(y_m | m's head is h):
 the emission factors over arcs (``arc_emission_scores``), log p(y | x) = log Z(θ + φ) − log Z(θ)
