@@ -4,8 +4,8 @@ a ``tree-exact`` run validated and scored by its exact likelihood log Z(θ + φ)
 extra member; ``align`` writing the exact posterior's MAP tree (θ + φ); gold trees beside a
 ``--data-dir`` (``test.conllu``) scored as UAS; the generic ``simulate`` drawing one tree per
 sentence; ``calibrate`` of the exact tree posterior calibrated and a planted distortion (arc
-scores × ¼: an under-confident posterior) caught; a ``tree-marginals`` run scored by its own program (``enumerate_z=False``), not by the model's
-``enumerate_z=True`` branch."""
+scores × ¼: an under-confident posterior) caught; a ``tree-marginals`` run scored by its own
+program (``enumerate_z=False``), not by the model's ``enumerate_z=True`` branch."""
 
 import json
 import sys
