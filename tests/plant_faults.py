@@ -1,6 +1,7 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the
-monotonic chain (m1–m5) and of device correctness (dev1, dev2), run the tests that should catch
-it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``. What it printed
+monotonic chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing
+silently (u1–u10), run the tests that should catch it, report, and restore the file:
+``python tests/plant_faults.py [a b … m1 …]``. What it printed
 is in the docstrings of tests/test_matrix.py, tests/test_monotonic.py and tests/test_device.py.
 The selected tests run in whichever tier they are in; a property with a fast form selects that
 form (``c``), so its fault is shown caught by the default tier."""
@@ -120,6 +121,50 @@ FAULTS = [
   "        log_w.append(_per_pair(mt, batch) - lq)",
   "        log_w.append(_per_pair(mt, batch))",
   "tests/test_importance.py::test_corrected_marginals_converge_to_the_exact_ones"),
+ # a user's model never fails silently (tests/test_divergence.py, test_tree_tools.py,
+ # test_numpyro.py, test_contract.py, test_figures.py)
+ ("u1", "ppl_attention/numpyro/distributions.py",
+  """        log_g = jax.random.loggamma(key, jnp.broadcast_to(self.concentration, shape))
+        return jax.nn.softmax(jnp.where(self.source_mask, log_g, -jnp.inf), -1)""",
+  """        g = jax.random.gamma(key, jnp.broadcast_to(self.concentration, shape))
+        g = jnp.maximum(g, jnp.finfo(g.dtype).tiny) * self.source_mask
+        return g / g.sum(-1, keepdims=True)""",
+  "tests/test_numpyro.py::test_dirichlet_gradients_stay_finite_for_tiny_concentrations"),
+ ("u2", "ppl_attention/numpyro/traces.py",
+  '            msg["intermediates"] = list(self.trace[msg["name"]].get("intermediates") or [])',
+  "            pass",
+  "tests/test_numpyro.py::test_relaxed_draws_are_scored_by_their_exact_log_on_both_sides_of_the_elbo"),
+ ("u3", "ppl_attention/inference/fit.py",
+  """        check_step(step + 1, method, loss, float(norm), discrete=discrete, advice=advice,
+                   first_loss=run.extra.get("first_loss"))""", "",
+  "tests/test_divergence.py::test_a_planted_divergence_is_stopped_named_and_refused"),
+ ("u4", "ppl_attention/numpyro/inference/fit.py",
+  """            check_step(step + 1, method, loss, norm, discrete=discrete, advice=advice,
+                       first_loss=run.extra.get("first_loss"))""", "            pass",
+  "tests/test_divergence.py::test_a_planted_divergence_is_stopped_named_and_refused"),
+ ("u5", "ppl_attention/models/base.py",
+  "    trace = poutine.trace(enum).get_trace(batch, enumerate_z=not deterministic)",
+  "    trace = poutine.trace(enum).get_trace(batch, enumerate_z=True)",
+  "tests/test_tree_tools.py::test_tree_marginals_is_scored_by_its_own_program"),
+ ("u6", "ppl_attention/inference/evaluate.py",
+  "    if posterior and \"arc-emissions\" in capabilities(model):",
+  "    if False:",
+  "tests/test_tree_tools.py::test_tree_exact_is_scored_and_aligned_by_its_exact_posterior"),
+ ("u7", "ppl_attention/models/base.py",
+  "            program = poutine.condition(model.model, data={site: whole})\n", "",
+  "tests/test_tree_tools.py::test_calibrate_on_tree_exact_passes_and_catches_a_planted_distortion"),
+ ("u8", "ppl_attention/inference/evaluate.py",
+  "    with seeded(seed):\n        for b in _progress(batches, \"NLL\" if exact else f\"IWAE-{iwae_k}\"):",
+  "    with contextlib.nullcontext():\n        for b in _progress(batches, \"NLL\" if exact else f\"IWAE-{iwae_k}\"):",
+  "tests/test_figures.py::test_evaluate_gives_the_same_figure_for_the_same_seed"),
+ ("u9", "ppl_attention/core/methods.py",
+  """               "categorical", "prior", "TraceGraph_ELBO", baseline="soft"),""",
+  """               "categorical", "prior", "TraceGraph_ELBO"),""",
+  "tests/test_contract.py::test_the_contract_tables_in_the_docs_are_the_registrys"),
+ ("u10", "ppl_attention/sweep.py",
+  "        diff = sorted(k for k in set(old) | set(fixed) if old.get(k) != fixed.get(k))",
+  "        diff = [k for k in fixed if k in old and old[k] != fixed[k]]",
+  "tests/test_divergence.py::test_compare_marks_a_diverged_row_and_leaves_it_out"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:
