@@ -7,7 +7,8 @@ log_importance_weights`). Reported, per token or as shares of pairs:
 - ``kl_exact_q``: mean over tokens of KL(p(z_t | x, y) ‖ q(z_t | x, y)) — models with an exact
   posterior and an enumerable guide; None otherwise;
 - ``expected_aer``: the AER of q's draws against gold, averaged over draws (a draw of a
-  continuous family aligns each target token to its largest weight);
+  continuous family aligns each target token to its largest weight); None without gold (bags,
+  a corpus without ``.align``);
 - ``khat_share``: share of pairs whose PSIS k̂ (``az.psislw`` on the K weights) exceeds 0.7 —
   importance sampling from q is unreliable there (Vehtari et al. 2015). The Pareto fit needs a
   continuous tail: a categorical q concentrated on a few alignments repeats draws, the weights
@@ -49,9 +50,9 @@ def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
 def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
                       progress: bool = True, gold_trees: list | None = None) -> dict:
     """Diagnostics of ``run``'s guide on ``pairs`` with ``gold`` alignments (lists of
-    (source, target) link sets); see the module docstring. A NumPyro model's run is read
-    through the NumPyro contract (the same numbers): the arrays come from the run's backend
-    (``diagnostic_arrays``)."""
+    (source, target) link sets; None: no E_q[AER]); see the module docstring. A NumPyro
+    model's run is read through the NumPyro contract (the same numbers): the arrays come from
+    the run's backend (``diagnostic_arrays``)."""
     if not isinstance(num_samples, int) or num_samples < 2:
         raise UserError(f"num_samples must be an int ≥ 2, got {num_samples!r}")
     pairs = getattr(pairs, "pairs", pairs)
@@ -104,8 +105,8 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
             for kk in range(num_samples):
                 draw_links[kk][idx] = {(int(draws[kk, r, j]), j) for j in range(lengths[r])}
     order = sorted(draw_links[0])
-    expected_aer = float(np.mean([aer([d[i] for i in order], [gold[i] for i in order])
-                                  for d in draw_links.values()]))
+    expected_aer = None if gold is None else float(np.mean([
+        aer([d[i] for i in order], [gold[i] for i in order]) for d in draw_links.values()]))
     khat = np.asarray(khat)
     return {
         "method": run.method,

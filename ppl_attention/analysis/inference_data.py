@@ -37,7 +37,7 @@ from .. import arviz_api
 from ..backends import get_backend
 from ..contract import require
 from ..core.progress import progress_bar
-from ..data.batching import array_kind, make_batches
+from ..data.batching import array_kind, make_batches, pair_sides
 from ..errors import UserError
 
 __all__ = ["to_inference_data"]
@@ -75,8 +75,9 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, batch_size,
                            array=array_kind(run.model))
     N, K = len(pairs), num_samples
-    T = max(len(t) for _, t in pairs) + 1  # + <eos>
-    S = max(len(s) for s, _ in pairs)
+    sides = [pair_sides(p, run.tgt_vocab) for p in pairs]  # source, target (+ <eos>), ids
+    T = max(len(t) for _, t, _ in sides)
+    S = max(len(s) for s, _, _ in sides)
     nan = np.float32(np.nan)
     post = np.full((K, N, T, S), nan, np.float32)
     prior_draws = np.full((K, N, T, S), nan, np.float32)
@@ -128,9 +129,8 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
                                                                                  :s_len]
     log_lik = np.concatenate(token_ll, axis=1)  # [K, n_tokens]
     tgt_ids, tok_pair, tok_pos, tok_text = [], [], [], []
-    for i, (_, t) in enumerate(pairs):
-        ids, _ = run.tgt_vocab.encode(list(t))
-        for j, (tok, tid) in enumerate(zip(list(t) + ["<eos>"], ids + [run.tgt_vocab.eos])):
+    for i, (_, t, ids) in enumerate(sides):
+        for j, (tok, tid) in enumerate(zip(t, ids)):
             tgt_ids.append(tid)
             tok_pair.append(i)
             tok_pos.append(j)
@@ -138,8 +138,8 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
 
     def tokens(side, width):
         a = np.full((N, width), "", dtype=object)
-        for i, pair in enumerate(pairs):
-            seq = list(pair[0]) if side == 0 else list(pair[1]) + ["<eos>"]
+        for i, names in enumerate(sides):
+            seq = names[side]
             a[i, : len(seq)] = seq
         return a.astype(str)
 

@@ -21,7 +21,7 @@ from ..errors import UserError
 from .corpus import Pair
 from .vocab import Vocab
 
-__all__ = ["Batch", "collate", "make_batches", "array_kind", "as_numpy", "ARRAYS"]
+__all__ = ["Batch", "collate", "make_batches", "array_kind", "as_numpy", "ARRAYS", "pair_sides"]
 
 ARRAYS = ("torch", "numpy")
 
@@ -135,3 +135,17 @@ def as_numpy(a) -> np.ndarray:
 def array_kind(model) -> str:
     """The arrays a model reads: NumPy for a NumPyro model, torch tensors otherwise."""
     return "numpy" if getattr(model, "backend", "pyro") == "numpyro" else "torch"
+
+
+def pair_sides(pair, tgt_vocab: Vocab | None) -> tuple[list[str], list[str], list[int]]:
+    """What a tool shows of one example, as its batch lays it out: the source positions'
+    names, the target positions' names and the target ids. A pair: its source tokens, its
+    target tokens then ``<eos>`` and their ids; a bag (:class:`~ppl_attention.data.bags.Bag`):
+    ``instance0 …`` and its one label."""
+    from .bags import Bag
+
+    if isinstance(pair, Bag):
+        return [f"instance{m}" for m in range(len(pair))], [f"label {pair.label}"], [pair.label]
+    src, tgt = list(pair[0]), list(pair[1])
+    ids, _ = tgt_vocab.encode(tgt)
+    return src, tgt + ["<eos>"], ids + [tgt_vocab.eos]
