@@ -8,7 +8,8 @@ trains the tutorial's model (`examples/tutorial/diagonal.py` under Pyro,
 `diagonal_numpyro.py` under NumPyro) on `reorder` by ``ppl-attention compare`` with its default
 methods (every method the model and the backend support), then reads each run directory:
 the number of steps, the smallest and largest training loss, whether every one is finite, the
-test NLL/token and whether the run diverged. ``--models`` takes other ``path:Class`` specs.
+test NLL/token and whether the run diverged. ``--models`` takes other ``path:Class`` specs
+and ``--task`` another built-in task (``digit-bags`` for the bag classifiers).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def summarize(sweep: Path) -> list[dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=TUTORIAL)
+    ap.add_argument("--task", default="reorder", help="the built-in task every model trains on")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--n-train", type=int, default=5000)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
     for spec in args.models:
         name = Path(spec.split(":")[0]).stem
         out = Path(args.out) / name
-        cmd = ["ppl-attention", "compare", "--model", spec, "--task", "reorder", "--n-train",
+        cmd = ["ppl-attention", "compare", "--model", spec, "--task", args.task, "--n-train",
                str(args.n_train), "--steps", str(args.steps), "--lr", str(args.lr),
                "--jobs", str(args.jobs), "--out", str(out)]
         print(" ".join(cmd), file=sys.stderr)

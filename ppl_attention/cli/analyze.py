@@ -184,15 +184,20 @@ def cmd_diagnose(args) -> int:
 
     if args.num_samples < 2:
         raise UserError(f"--num-samples must be at least 2, got {args.num_samples}")
-    runs = []
+    runs, left_out = [], []
     for path in args.runs:  # every run and its data checked before any work
         run = load_run(path, args)
         split = _analysis_split(run, args, path)
         if run.model.family.deterministic or run.model.family.markov \
                 or is_global_method(run.method):
-            raise UserError(f"{path}: diagnostics compare an alignment guide with the exact "
-                            f"posterior; {run.method} has no alignment guide")
+            left_out.append(f"{path}: {run.method} has no alignment guide to diagnose")
+            continue
         runs.append((path, run, split))
+    for why in left_out:
+        print(f"[diagnose] left out {why}", file=sys.stderr)
+    if not runs:
+        raise UserError("diagnostics compare an alignment guide with the exact posterior; none "
+                        "of the runs has one (" + "; ".join(left_out) + ")")
     rows = []
     for path, run, split in runs:
         print(f"[diagnose] {path}", file=sys.stderr)
@@ -210,6 +215,7 @@ def cmd_diagnose(args) -> int:
         if not r["log_lik_exact"]:  # log p is itself IWAE-K there: only log p − ELBO is news
             cells[6] = "—"
         md.append(f"| {r['method']} | " + " | ".join(cells) + " |")
+    md += ["", *(f"Left out: {why}." for why in left_out)] if left_out else []
     print("\n".join(md))
     if args.out:
         atomic_write_text(Path(args.out), "\n".join(md) + "\n")

@@ -92,7 +92,8 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("align", help="MAP alignments in Pharaoh format to stdout (a tree "
                                      "family: each source's MAP tree in CoNLL-U)")
     p.add_argument("run")
-    p.add_argument("--data", required=True, help="a TSV file of pairs (bags: an .npz file)")
+    p.add_argument("--data", help="a TSV file of pairs (bags: an .npz file); default: the test "
+                   "split of the run's own data")
     add_posterior(p)
     p.add_argument("--khat", metavar="FILE", help="with --posterior importance: write each "
                    "pair's k̂ to FILE, one a line (nan where not estimated)")

@@ -103,3 +103,22 @@ class BagClassifier(pa.models.AlignmentModel):
         logp = torch.log_softmax(self.out(w @ h), -1)
         ll = logp.gather(-1, batch.tgt_out.clamp(0, self.n_classes - 1)[..., None]).squeeze(-1)
         return ll * batch.tgt_mask
+
+    def extra_report(self, batches):
+        """Test accuracy of the label: under the mixture predictive Σ_i p(z = i | x) p(y | h_i)
+        (the categorical model's own p(y | x)) and under soft attention."""
+        right_mix = right_soft = n = 0
+        with torch.no_grad():
+            for batch in batches:
+                h = self.instances(batch)
+                scores = self.prior_scores(batch, h)[:, 0]
+                scores = scores.masked_fill(~batch.src_mask, float("-inf"))
+                w = torch.softmax(scores, -1)                               # [B, S]
+                p_mix = (w[..., None] * torch.softmax(self.out(h), -1)).sum(1)   # [B, C]
+                p_soft = torch.softmax(self.out((w[:, :, None] * h).sum(1)), -1)
+                y = batch.tgt_out[:, 0]
+                keep = batch.tgt_mask[:, 0]
+                right_mix += ((p_mix.argmax(-1) == y) & keep).sum().item()
+                right_soft += ((p_soft.argmax(-1) == y) & keep).sum().item()
+                n += keep.sum().item()
+        return {"accuracy": right_mix / max(n, 1), "accuracy_soft": right_soft / max(n, 1)}

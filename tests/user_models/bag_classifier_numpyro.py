@@ -98,7 +98,8 @@ class BagClassifier(AlignmentModel):
         scores = self.prior_scores(batch, h)
         if posterior == "inference":
             b = 1 / math.sqrt(self.dim)
-            E = numpyro.param("q_label", lambda key: jax.random.normal(key, (self.n_classes, self.dim)))
+            E = numpyro.param("q_label",
+                              lambda key: jax.random.normal(key, (self.n_classes, self.dim)))
             A = numpyro.param("q_bilinear", _uniform((self.dim, self.dim), b))
             ey = E[self._labels(batch)]                                   # [B, T, d]
             scores = scores + ey @ jnp.swapaxes(h @ A, 1, 2)
@@ -120,3 +121,21 @@ class BagClassifier(AlignmentModel):
         logp = jax.nn.log_softmax((w @ h) @ out_w + out_b, -1)
         ll = jnp.take_along_axis(logp, self._labels(batch)[..., None], -1)[..., 0]
         return jnp.where(batch.tgt_mask, ll, 0.0)
+
+    def extra_report(self, batches):
+        """Test accuracy of the label: mixture predictive Σ_i p(z = i | x) p(y | h_i), and soft."""
+        b = 1 / math.sqrt(self.dim)
+        right_mix = right_soft = n = 0
+        for batch in batches:
+            h = self.instances(batch)
+            out_w = numpyro.param("out_w", _uniform((self.dim, self.n_classes), b))
+            out_b = numpyro.param("out_b", _uniform((self.n_classes,), b))
+            scores = jnp.where(batch.src_mask, self.prior_scores(batch, h)[:, 0], -jnp.inf)
+            w = jax.nn.softmax(scores, -1)
+            p_mix = (w[..., None] * jax.nn.softmax(h @ out_w + out_b, -1)).sum(1)
+            p_soft = jax.nn.softmax((w[:, :, None] * h).sum(1) @ out_w + out_b, -1)
+            y, keep = batch.tgt_out[:, 0], batch.tgt_mask[:, 0]
+            right_mix += int(((p_mix.argmax(-1) == y) & keep).sum())
+            right_soft += int(((p_soft.argmax(-1) == y) & keep).sum())
+            n += int(keep.sum())
+        return {"accuracy": right_mix / max(n, 1), "accuracy_soft": right_soft / max(n, 1)}

@@ -1,0 +1,163 @@
+"""Models a user writes from the documentation alone, through every method they declare and every
+tool, on both backends: the multiple-instance classifier on bags (``tests/user_models/
+bag_classifier.py`` and its NumPyro mirror), a tagger whose attention reads a latent dependency
+tree (``tests/user_models/tree_tagger.py``), a content aligner written in NumPyro alone
+(``tests/models/content_numpyro.py``) and the tutorial's models (``examples/tutorial``).
+
+Each model is trained by ``compare`` with its default methods (all it declares on its backend);
+every run must end finite and none may diverge; then ``evaluate`` (the same figure twice for one
+``--seed``), ``align`` (one line — or one tree — per test pair), ``analyze``, ``calibrate`` on
+every run, ``diagnose`` over all of them, and ``align --posterior importance`` on one sampling
+run. A tool that does not apply to a run refuses it with one line (exit 2), never a traceback.
+The whole suite is the integration tier; one model through the main tools is the default tier's
+smoke test."""
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppl_attention.cli import main
+from ppl_attention.data import make_task, write_tsv
+from ppl_attention.data.conllu import format_conllu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spec(path: str, cls: str) -> str:
+    return f"{ROOT / path}:{cls}"
+
+
+BAGS = ["--task", "digit-bags", "--n-train", "60"]
+REORDER = ["--task", "reorder", "--n-train", "60"]
+CASES = {
+    "bag-pyro": (spec("tests/user_models/bag_classifier.py", "BagClassifier"), BAGS),
+    "bag-numpyro": (spec("tests/user_models/bag_classifier_numpyro.py", "BagClassifier"), BAGS),
+    "content-numpyro": (spec("tests/models/content_numpyro.py", "ContentAlignment"), REORDER),
+    "tutorial-pyro": (spec("examples/tutorial/diagonal.py", "DiagonalAlignment"), REORDER),
+    "tutorial-numpyro": (spec("examples/tutorial/diagonal_numpyro.py", "DiagonalAlignment"),
+                         REORDER),
+    "tree-tagger": (spec("tests/user_models/tree_tagger.py", "TreeTagger"), None),
+}
+
+
+@pytest.fixture(scope="module")
+def tagged_trees(tmp_path_factory):
+    """Formulas whose target tags each word with its head's token (``root`` for the root's
+    child), then ``<eos>``; gold trees as ``{split}.conllu``."""
+    d = tmp_path_factory.mktemp("tagged")
+    task = make_task("trees", n_train=60, n_eval=20, depth=2)
+    for name in ("train", "valid", "test"):
+        split = getattr(task, name)
+        pairs = [(s, [s[h] if h != m else "root" for m, h in enumerate(heads)])
+                 for (s, _), heads in zip(split.pairs, split.trees)]
+        write_tsv(d / f"{name}.tsv", pairs)
+        (d / f"{name}.conllu").write_text("".join(
+            format_conllu(s, t, i + 1) for i, ((s, _), t) in enumerate(zip(pairs, split.trees))))
+    return d
+
+
+def _data(case, request):
+    model, data = CASES[case]
+    if data is None:
+        data = ["--data-dir", str(request.getfixturevalue("tagged_trees"))]
+    return model, data
+
+
+def run_tool(capsys, *argv) -> tuple[int, str, str]:
+    """One command in this process; (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def applies(rc: int, err: str, what: str) -> bool:
+    """A tool either works (exit 0) or refuses the run in one line (exit 2, ``error: …``)."""
+    assert "Traceback" not in err, f"{what} crashed:\n{err}"
+    assert rc in (0, 2), f"{what}: exit {rc}\n{err}"
+    if rc == 2:
+        lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1, f"{what}: exit 2 without one error line:\n{err}"
+        print(f"[refused] {what}: {lines[0]}", file=sys.__stderr__)
+    return rc == 0
+
+
+def n_test_items(out: str, tree: bool) -> int:
+    return out.count("\n\n") if tree else len(out.splitlines())
+
+
+def check_run(capsys, run: Path, tmp: Path, n_test: int | None) -> dict:
+    """evaluate (twice, one seed), align, analyze and calibrate on one run; returns its report."""
+    rc, out, err = run_tool(capsys, "evaluate", run, "--json", "--seed", "0")
+    assert rc == 0, err
+    first = json.loads(out)
+    rc, out, err = run_tool(capsys, "evaluate", run, "--json", "--seed", "0")
+    assert rc == 0, err
+    assert json.loads(out)["nll_per_token"] == first["nll_per_token"], run.name
+    nll = first["nll_per_token"]
+    assert math.isfinite(nll) and nll >= 0, f"{run.name}: NLL/token {nll}"
+
+    rc, out, err = run_tool(capsys, "align", run)
+    if applies(rc, err, f"align {run.name}"):
+        tree = out.startswith("# sent_id") or "\t_\t" in out
+        counted = n_test_items(out, tree)
+        assert counted > 0, f"align {run.name}: nothing written"
+        if n_test is not None:
+            assert counted == n_test, f"align {run.name}: {counted} of {n_test} pairs"
+    rc, out, err = run_tool(capsys, "analyze", run, "--out", tmp / f"an-{run.name}",
+                            "--num-samples", "20")
+    if applies(rc, err, f"analyze {run.name}"):
+        assert (tmp / f"an-{run.name}" / "posterior.nc").is_file(), run.name
+    rc, out, err = run_tool(capsys, "calibrate", run, "--num-sims", "20", "--draws", "19",
+                            "--out", tmp / f"cal-{run.name}")
+    applies(rc, err, f"calibrate {run.name}")
+    return first
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_user_model_runs_every_declared_method_through_every_tool(case, request, tmp_path,
+                                                                    capsys):
+    model, data = _data(case, request)
+    out = tmp_path / "cmp"
+    rc, _, err = run_tool(capsys, "compare", "--model", model, *data, "--steps", "4",
+                          "--out", out)
+    assert rc == 0, err
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert len(rows) >= 2, f"{case}: compare ran {len(rows)} method(s)"
+    for row in rows:
+        assert row["status"] == "ok", f"{case} {row['method']}: {row['status']} {row['error']}"
+        nll = float(row["nll_per_token"])
+        assert math.isfinite(nll) and nll >= 0, f"{case} {row['method']}: NLL {nll}"
+    runs = sorted((out / "runs").iterdir())
+    n_test = None
+    sampling = []
+    for run in runs:
+        report = check_run(capsys, run, tmp_path, n_test)
+        n_test = n_test or report.get("n_pairs")
+        if report.get("exact") not in (True, "yes"):
+            sampling.append(run)
+    rc, table, err = run_tool(capsys, "diagnose", *runs)
+    assert rc == 0, err
+    assert all(r.name.rsplit("-seed", 1)[0] in table for r in runs)
+    if sampling:
+        run = sampling[0]
+        rc, out, err = run_tool(capsys, "align", run, "--posterior", "importance",
+                                "--importance-samples", "10", "--khat", tmp_path / "k.txt")
+        if applies(rc, err, f"align --posterior importance {run.name}"):
+            assert len((tmp_path / "k.txt").read_text().splitlines()) >= 1
+
+
+def test_a_user_bag_classifier_trains_evaluates_aligns_and_is_analysed(tmp_path, capsys):
+    """The default tier's smoke test: the Pyro bag classifier by ``vae-sample``."""
+    model, data = CASES["bag-pyro"]
+    run = tmp_path / "run"
+    rc, _, err = run_tool(capsys, "train", "--model", model, *data, "--method", "vae-sample",
+                          "--steps", "4", "--out", run)
+    assert rc == 0, err
+    report = check_run(capsys, run, tmp_path, None)
+    assert report["method"] == "vae-sample"
