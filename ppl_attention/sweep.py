@@ -616,7 +616,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                "calibrate."]
     if gone:
         md += ["", "Diverged runs (left out of the means and the figures; their run directories "
-               "are marked DIVERGED — try a smaller learning rate, `--set lr=…`):", ""]
+               "are marked DIVERGED — try a smaller learning rate: compare's `--lr`, or "
+               "`--set lr=…` in a sweep):", ""]
         md += [f"- `{j.name}`: {r['error']}" for j, r in gone]
     bad = [(j, r) for j, r in zip(jobs, results) if r["status"] == "failed"]
     if bad:
