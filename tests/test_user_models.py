@@ -8,11 +8,11 @@ backends in the verification matrix, ``tests/test_matrix.py``, and for 300 steps
 
 Each model is trained by ``compare`` with its default methods (all it declares on its backend);
 every run must end finite and none may diverge; then ``evaluate`` (the same figure twice for one
-``--seed`` on a sampled run), ``align`` (one line — or one tree — per test pair), ``analyze``, ``calibrate`` on
-every run, ``diagnose`` over all of them, and ``align --posterior importance`` on one sampling
-run. A tool that does not apply to a run refuses it with one line (exit 2), never a traceback.
-The whole suite is the integration tier; one model through the main tools is the default tier's
-smoke test."""
+``--seed`` on a sampled run), ``align`` (one line — or one tree — per test pair), ``analyze``,
+``calibrate`` on every run, ``diagnose`` over all of them, and ``align --posterior importance``
+on one sampling run. A tool that does not apply to a run refuses it with one line (exit 2),
+never a traceback. The whole suite is the integration tier; one model through the main tools is
+the default tier's smoke test."""
 
 import csv
 import json

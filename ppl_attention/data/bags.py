@@ -51,6 +51,15 @@ class Bag:
     def __len__(self) -> int:
         return self.features.shape[0]
 
+    def sides(self) -> tuple[list[str], list[str], list[int]]:
+        """What a tool shows of a bag: ``instance0 …``, its one label and the label's id."""
+        return [f"instance{m}" for m in range(len(self))], [f"label {self.label}"], [self.label]
+
+    @staticmethod
+    def collate(bags: list[Bag], index: list[int], array: str = "torch"):
+        """A batch of bags (:func:`collate_bags`): what ``make_batches`` calls for bags."""
+        return collate_bags(bags, index, array)
+
 
 def read_bags(path: str | Path) -> list[Bag]:
     """The bags of an ``.npz`` file (module docstring), refused with the file and the array

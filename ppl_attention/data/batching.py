@@ -107,15 +107,15 @@ def make_batches(pairs: list[Pair], src_vocab: Vocab, tgt_vocab: Vocab, batch_si
     """Sort by length into buckets of ``batch_size`` (little padding); shuffle bucket order.
     ``array``: torch tensors (a Pyro model's) or NumPy arrays (the NumPyro side's). Bags of
     instances (:class:`~ppl_attention.data.bags.Bag`, no vocabularies) are batched the same
-    way, by their sizes."""
-    from .bags import Bag, collate_bags
-
-    if pairs and isinstance(pairs[0], Bag):
+    way, by their sizes: an example that lays out its own batch has ``collate(examples,
+    index, array)``."""
+    collate = getattr(type(pairs[0]), "collate", None) if pairs else None
+    if collate is not None:
         order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i]), i))
         chunks = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
         if shuffle:
             random.Random(seed).shuffle(chunks)
-        return [collate_bags([pairs[i] for i in c], c, array) for c in chunks]
+        return [collate([pairs[i] for i in c], c, array) for c in chunks]
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), len(pairs[i][1]), i))
     chunks = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
     if shuffle:
@@ -141,11 +141,9 @@ def pair_sides(pair, tgt_vocab: Vocab | None) -> tuple[list[str], list[str], lis
     """What a tool shows of one example, as its batch lays it out: the source positions'
     names, the target positions' names and the target ids. A pair: its source tokens, its
     target tokens then ``<eos>`` and their ids; a bag (:class:`~ppl_attention.data.bags.Bag`):
-    ``instance0 …`` and its one label."""
-    from .bags import Bag
-
-    if isinstance(pair, Bag):
-        return [f"instance{m}" for m in range(len(pair))], [f"label {pair.label}"], [pair.label]
+    ``instance0 …`` and its one label (an example that is not a pair has ``sides()``)."""
+    if hasattr(pair, "sides"):
+        return pair.sides()
     src, tgt = list(pair[0]), list(pair[1])
     ids, _ = tgt_vocab.encode(tgt)
     return src, tgt + ["<eos>"], ids + [tgt_vocab.eos]
