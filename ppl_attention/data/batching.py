@@ -109,13 +109,13 @@ def make_batches(pairs: list[Pair], src_vocab: Vocab, tgt_vocab: Vocab, batch_si
     instances (:class:`~ppl_attention.data.bags.Bag`, no vocabularies) are batched the same
     way, by their sizes: an example that lays out its own batch has ``collate(examples,
     index, array)``."""
-    collate = getattr(type(pairs[0]), "collate", None) if pairs else None
-    if collate is not None:
+    own_layout = getattr(type(pairs[0]), "collate", None) if pairs else None
+    if own_layout is not None:
         order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i]), i))
         chunks = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
         if shuffle:
             random.Random(seed).shuffle(chunks)
-        return [collate([pairs[i] for i in c], c, array) for c in chunks]
+        return [own_layout([pairs[i] for i in c], c, array) for c in chunks]
     order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), len(pairs[i][1]), i))
     chunks = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
     if shuffle:

@@ -187,7 +187,7 @@ class PairsData(DataKind):
     def evaluation_split(self, source: dict, data=None, gold=None, data_dir=None):
         if data is not None:
             pairs = read_tsv(data)
-            return Split(pairs, None, **(gold_for(pairs, gold) if gold else {}))
+            return Split(pairs, **{"gold": None, **(gold_for(pairs, gold) if gold else {})})
         if gold is not None:
             raise UserError("--gold goes with --data")
         if data_dir is not None:

@@ -135,8 +135,8 @@ class TraceELBO:
                                          model_key)).get_trace(*args, **kwargs)
         log_p = sum((site_log_prob(s).sum() for s in m.values() if s["type"] == "sample"),
                     jnp.zeros(()))
-        log_q = sum((site_log_prob(s).sum() for s in g.values()
-                     if s["type"] == "sample" and not s["is_observed"]), jnp.zeros(()))
+        log_q = sum((site_log_prob(s).sum() for s in g.values() if s["type"] == "sample"),
+                    jnp.zeros(()))  # a guide's factors too, as in Pyro's and NumPyro's
         return -(log_p - log_q)
 
 
