@@ -20,10 +20,12 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ppl_attention.cli import main
-from ppl_attention.data import make_task, write_tsv
+from ppl_attention.data import make_task, write_pharaoh, write_tsv
+from ppl_attention.data.bags import digit_bags
 from ppl_attention.data.conllu import format_conllu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,14 +35,43 @@ def spec(path: str, cls: str) -> str:
     return f"{ROOT / path}:{cls}"
 
 
-BAGS = ["--task", "digit-bags", "--n-train", "60"]
-REORDER = ["--task", "reorder", "--n-train", "60"]
+# the data a case trains on: a fixture's --data-dir (small test splits: every NumPyro tool call
+# compiles once per batch shape), or the built-in task's command-line arguments
 CASES = {
-    "bag-pyro": (spec("tests/user_models/bag_classifier.py", "BagClassifier"), BAGS),
-    "bag-numpyro": (spec("tests/user_models/bag_classifier_numpyro.py", "BagClassifier"), BAGS),
-    "content-numpyro": (spec("tests/models/content_numpyro.py", "ContentAlignment"), REORDER),
-    "tree-tagger": (spec("tests/user_models/tree_tagger.py", "TreeTagger"), None),
+    "bag-pyro": (spec("tests/user_models/bag_classifier.py", "BagClassifier"), "bags"),
+    "bag-numpyro": (spec("tests/user_models/bag_classifier_numpyro.py", "BagClassifier"),
+                    "bags"),
+    "content-numpyro": (spec("tests/models/content_numpyro.py", "ContentAlignment"), "pairs"),
+    "tree-tagger": (spec("tests/user_models/tree_tagger.py", "TreeTagger"), "tagged_trees"),
 }
+
+
+@pytest.fixture(scope="module")
+def bags(tmp_path_factory):
+    """``digit-bags`` as a user's ``--data-dir`` of ``.npz`` files: 60 training bags, 24 test."""
+    d = tmp_path_factory.mktemp("bags")
+    task = digit_bags(n_train=60, n_eval=24)
+    for name in ("train", "valid", "test"):
+        split = getattr(task, name).pairs
+        m = max(len(b) for b in split)
+        x = np.zeros((len(split), m, split[0].features.shape[1]), np.float32)
+        mask = np.zeros((len(split), m), bool)
+        for i, b in enumerate(split):
+            x[i, :len(b)], mask[i, :len(b)] = b.features, True
+        np.savez(d / f"{name}.npz", x=x, y=np.array([b.label for b in split]), mask=mask)
+    return d
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """``reorder`` as a user's ``--data-dir``: 60 training pairs, 24 test, gold links."""
+    d = tmp_path_factory.mktemp("pairs")
+    task = make_task("reorder", n_train=60, n_eval=24)
+    for name in ("train", "valid", "test"):
+        split = getattr(task, name)
+        write_tsv(d / f"{name}.tsv", split.pairs)
+        write_pharaoh(d / f"{name}.align", split.gold)
+    return d
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +91,8 @@ def tagged_trees(tmp_path_factory):
 
 
 def _data(case, request):
-    model, data = CASES[case]
-    if data is None:
-        data = ["--data-dir", str(request.getfixturevalue("tagged_trees"))]
-    return model, data
+    model, fixture = CASES[case]
+    return model, ["--data-dir", str(request.getfixturevalue(fixture))]
 
 
 def run_tool(capsys, *argv) -> tuple[int, str, str]:
@@ -153,9 +182,10 @@ def test_a_user_model_runs_every_declared_method_through_every_tool(case, reques
             assert len((tmp_path / "k.txt").read_text().splitlines()) >= 1
 
 
-def test_a_user_bag_classifier_trains_evaluates_aligns_and_is_analysed(tmp_path, capsys):
+def test_a_user_bag_classifier_trains_evaluates_aligns_and_is_analysed(request, tmp_path,
+                                                                      capsys):
     """The default tier's smoke test: the Pyro bag classifier by ``vae-sample``."""
-    model, data = CASES["bag-pyro"]
+    model, data = _data("bag-pyro", request)
     run = tmp_path / "run"
     rc, _, err = run_tool(capsys, "train", "--model", model, *data, "--method", "vae-sample",
                           "--steps", "4", "--out", run)
