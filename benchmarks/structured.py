@@ -140,6 +140,8 @@ def _enumerated_jax(fam, params, scores, emis, mask, batch, n, reps):
     from numpyro.contrib.control_flow import scan
     from numpyro.contrib.funsor import enum, log_density
 
+    from ppl_attention.core.numerics import LOG_ZERO
+
     rows = jnp.arange(batch)
 
     def model():
@@ -147,7 +149,7 @@ def _enumerated_jax(fam, params, scores, emis, mask, batch, n, reps):
             e_t, em_t = xs
             with numpyro.plate("batch", batch, dim=-1):
                 logp = fam.transition_log_probs(e_t, mask, prev, params)
-                z = numpyro.sample("z", dist.Categorical(logits=jnp.maximum(logp, -1e30)),
+                z = numpyro.sample("z", dist.Categorical(logits=jnp.maximum(logp, LOG_ZERO)),
                                    infer={"enumerate": "parallel"})
                 # y_t as an observed Bernoulli with log p(1) = emissions[t, z] (≤ 0): NumPyro
                 # 0.22's scan cannot enumerate a factor (its dims stay unnamed)

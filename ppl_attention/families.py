@@ -42,6 +42,7 @@ from torch import nn
 
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
 from .core.families import FAMILY_SPECS, FamilySpec
+from .core.numerics import LOG_ZERO
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .errors import UserError
 from .structured import FLOOR, MonotonicAlignment
@@ -75,7 +76,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
 
 
 def masked_log_softmax(scores: torch.Tensor, mask: torch.Tensor | None,
-                       floor: float = -1e30) -> torch.Tensor:
+                       floor: float = LOG_ZERO) -> torch.Tensor:
     """log softmax over the last dim with a finite ``floor`` where ``mask`` is False: probability
     exactly 0 there (exp(−1e30) = 0), yet no −inf to turn enumeration or gradients into NaN."""
     if mask is None:
@@ -457,7 +458,7 @@ class MarkovCategorical(Family):
         B, T, S = scores.shape
         out, filters = [], []
         log_alpha = None
-        floor = -1e30  # finite stand-in for log 0: gradients (the marginals) stay free of NaN
+        floor = LOG_ZERO  # finite stand-in for log 0: gradients (the marginals) stay free of NaN
         emissions = emissions.clamp(min=floor)
         for t in range(T):
             if log_alpha is None:

@@ -43,13 +43,14 @@ from __future__ import annotations
 import torch
 
 from .core.chain_paths import choose_path
+from .core.numerics import LOG_ZERO
 from .distributions import categorical_draws
 from .errors import UserError
 from .trees import DependencyTree
 
 __all__ = ["MonotonicAlignment", "DependencyTree", "FLOOR", "logmatmulexp", "associative_scan"]
 
-FLOOR = -1e30  # finite stand-in for log 0: exp(FLOOR) = 0, and no NaN in gradients
+FLOOR = LOG_ZERO  # finite stand-in for log 0: exp(FLOOR) = 0, and no NaN in gradients
 
 
 def logmatmulexp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from pyro.distributions import TorchDistribution
 from torch.distributions import constraints, register_kl
 
+from .core.numerics import LOG_ZERO
 from .core.trees import check_trees, chu_liu_edmonds, enumerate_trees
 from .distributions import categorical_draws
 from .errors import NonFiniteScores, UserError
@@ -56,7 +57,7 @@ from .errors import NonFiniteScores, UserError
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
 
-FLOOR = -1e30  # finite log 0 (as in MonotonicAlignment): no NaN in gradients
+FLOOR = LOG_ZERO  # finite log 0 (as in MonotonicAlignment): no NaN in gradients
 
 
 def heads_to_arcs(heads: torch.Tensor, dtype=None) -> torch.Tensor:

@@ -34,6 +34,7 @@ from pyro import poutine
 
 from ppl_attention.core.global_methods import GLOBAL_METHODS
 from ppl_attention.core.methods import METHOD_SPECS
+from ppl_attention.core.numerics import LOG_ZERO
 from ppl_attention.data import Vocab, make_batches, make_task
 from ppl_attention.data.batching import Batch
 from ppl_attention.errors import UserError
@@ -289,13 +290,13 @@ def _reference_objective(model, method, b):
     if spec.posterior == "none":  # exact, hmm-exact (forward algorithm), soft, segment-crf
         return -model.exact_token_log_likelihood(b).sum()
     log_prior, emis = model.prior_and_emissions(b)
-    log_prior = log_prior.clamp(min=-1e30)
+    log_prior = log_prior.clamp(min=LOG_ZERO)
     if spec.posterior == "prior":  # q = p: the ELBO is E_p[log p(y | z)]
         per = (log_prior.exp() * emis.masked_fill(~b.src_mask[:, None], 0)).sum(-1)
     else:
         H = model.encode(b.src, b.src_mask)
         log_q = model.inference_scores(b, H).masked_fill(~b.src_mask[:, None], -torch.inf)
-        log_q = log_q.log_softmax(-1).clamp(min=-1e30)
+        log_q = log_q.log_softmax(-1).clamp(min=LOG_ZERO)
         terms = log_q.exp() * (emis + log_prior - log_q)
         per = terms.masked_fill(~b.src_mask[:, None], 0).sum(-1)
     return -per.masked_fill(~mask, 0).sum()

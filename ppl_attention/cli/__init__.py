@@ -1,5 +1,5 @@
 """The ``ppl-attention`` command: train | evaluate | align | decode | analyze | diagnose |
-calibrate | sample | compare | sweep | check-twin | models.
+calibrate | sample | check-twin | wordalign | symmetrize | compare | sweep | models.
 
 ``train``, ``compare`` and ``sweep`` take ``--model NAME`` (the registry: ``ppl-attention models``)
 or a user's model, ``--model path/to/file.py:ClassName`` / ``package.module:ClassName``; their
@@ -26,13 +26,6 @@ from ..core.divergence import EXIT_DIVERGED, Diverged
 from ..errors import UserError
 from . import analyze, evaluate, sample, sweep, train, twin, wordalign
 from .options import peek_model
-
-COMMANDS = {
-    "train": train, "evaluate": evaluate, "align": evaluate, "decode": evaluate,
-    "analyze": analyze, "diagnose": analyze, "calibrate": analyze, "sample": sample,
-    "compare": sweep, "sweep": sweep,
-    "check-twin": twin,
-}
 
 
 class _Parser(argparse.ArgumentParser):

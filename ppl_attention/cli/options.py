@@ -1,6 +1,6 @@
 """Option groups of the command line. A model's options come from its constructor (name,
 default, type — :func:`model_options`), its data kind's from the kind, the training options from
-:data:`~ppl_attention.inference.fit.TRAINING_DEFAULTS` with the model's own defaults shown; an
+:data:`~ppl_attention.core.training.TRAINING_DEFAULTS` with the model's own defaults shown; an
 option that the chosen model does not have is not defined, so argparse refuses it."""
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ..attention import attend
+from ..core.numerics import LOG_ZERO
 from ..distributions import categorical_draws
 from ..errors import MissingCapability, UserError
 from ..families import FAMILIES, Family, GaussianContext, make_family, masked_softmax
@@ -164,7 +165,7 @@ class Seq2SeqAlignment(AlignmentModel):
         """q's arc scores ``[B, S, S]``: each source word reads the target (a BiLSTM over it,
         attended with the bilinear q-score) before the biaffine arc scorer."""
         G = run_packed(self.q_encoder, self.q_emb(batch.tgt_out), batch.tgt_mask)  # [B, T, h]
-        a = self.q_score(H, G).masked_fill(~batch.tgt_mask.unsqueeze(1), -1e30)
+        a = self.q_score(H, G).masked_fill(~batch.tgt_mask.unsqueeze(1), LOG_ZERO)
         read = a.softmax(-1) @ G  # [B, S, h]
         return self.q_arc_score(H + torch.tanh(self.q_tree(read)))
 

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import digamma, gammaln
 
+from ..core.numerics import LOG_ZERO
 from ..errors import UserError
 
 __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_translation",
@@ -44,7 +45,7 @@ __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_tran
            "batch_step", "uniform_tables"]
 
 ALIGNERS = ("ibm1", "ibm2", "hmm")
-NEG = -1e30
+NEG = LOG_ZERO
 
 
 @dataclass(frozen=True)

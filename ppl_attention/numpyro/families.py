@@ -18,6 +18,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from ..core.families import FAMILY_SPECS, FamilySpec
+from ..core.numerics import LOG_ZERO
 from ..errors import UserError
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
@@ -38,7 +39,7 @@ def masked_softmax(scores, mask):
     return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), -1)
 
 
-def masked_log_softmax(scores, mask, floor: float = -1e30):
+def masked_log_softmax(scores, mask, floor: float = LOG_ZERO):
     """log softmax with a finite ``floor`` where ``mask`` is False: probability 0 as for
     :func:`masked_softmax`, but enumeration and log q·q stay free of NaN gradients."""
     return jnp.where(mask, jax.nn.log_softmax(jnp.where(mask, scores, -jnp.inf), -1), floor)
@@ -359,7 +360,7 @@ class MarkovCategorical(Family):
     def forward_log_likelihood(self, scores, mask, emissions, target_mask, params: Params):
         """Forward algorithm (torch side's docstring): log p(y_t | x, y<t) ``[B, T]`` (0 on
         padded targets) and the filters log p(z_t | x, y≤t) ``[B, T, S]``."""
-        floor = -1e30
+        floor = LOG_ZERO
         emissions = jnp.maximum(emissions, floor)
         pred0 = jnp.maximum(self.start_log_probs(scores[:, 0], mask, params), floor)
 

@@ -9,12 +9,13 @@ import jax
 import jax.numpy as jnp
 
 from ..core.chain_paths import choose_path
+from ..core.numerics import LOG_ZERO
 from ..errors import UserError
 from .trees import DependencyTree
 
 __all__ = ["MonotonicAlignment", "DependencyTree", "FLOOR", "logmatmulexp", "maxmatmul"]
 
-FLOOR = -1e30
+FLOOR = LOG_ZERO
 
 
 def logmatmulexp(a, b):

@@ -15,13 +15,14 @@ import numpy as np
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.kl import kl_divergence
 
+from ..core.numerics import LOG_ZERO
 from ..core.trees import check_trees, chu_liu_edmonds, enumerate_trees
 from ..errors import NonFiniteScores, UserError
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
 
-FLOOR = -1e30
+FLOOR = LOG_ZERO
 
 
 def _concrete(*xs) -> bool:

@@ -47,7 +47,8 @@ capability take the same arguments as there and read parameters with ``numpyro.p
 ``posterior_samples(batch, num_samples, key)`` ``[K, B, T]``. Where the family is enumerable
 and the alignment the only latent, the first four come from the program by NumPyro's
 enumeration (:func:`exact_token_log_likelihood` …). ``twin_parameters`` maps a parameter to
-its Pyro twin's name where names or layouts differ (see :mod:`~ppl_attention.numpyro.twins`).
+its Pyro twin's name where names or layouts differ
+(see :mod:`~ppl_attention.numpyro.inference.twins`).
 """
 
 from __future__ import annotations

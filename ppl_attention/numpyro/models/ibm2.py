@@ -24,6 +24,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ... import arviz_api
+from ...core.numerics import LOG_ZERO
 from .base import AlignmentModel
 
 __all__ = ["encode_pairs", "ibm2_model", "nuts_reference", "fit_svi", "compare_to_nuts",
@@ -65,7 +66,7 @@ def ibm2_model(src, src_mask, tgt, tgt_mask, n_src: int, n_tgt: int, alpha: floa
     i = jnp.arange(L)[None, None, :]
     j = jnp.arange(M)[None, :, None]
     logits = -lam * jnp.abs(i / l_len - j / m_len)
-    logits = jnp.where(src_mask[:, None, :], logits, -1e30)  # [N, M, L]
+    logits = jnp.where(src_mask[:, None, :], logits, LOG_ZERO)  # [N, M, L]
     emis = jnp.log(theta[src[:, None, :], tgt[:, :, None]])  # log p(y_j | x_i), [N, M, L]
     with numpyro.plate("pair", N, dim=-2), numpyro.plate("target", M, dim=-1):
         # unmasked on purpose: at a padded j, Σ_z p(z)·1 = 1 adds nothing

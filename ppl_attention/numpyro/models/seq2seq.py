@@ -23,6 +23,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ...core.numerics import LOG_ZERO
 from ...errors import UserError
 from ..attend import attend
 from ..families import (
@@ -243,7 +244,7 @@ class Seq2SeqAlignment(AlignmentModel):
         """q's arc scores ``[B, S, S]`` (torch side: ``inference_tree_scores``)."""
         G = bilstm(params, "q_encoder", _embed(params, "q_emb", batch.tgt_out), batch.tgt_mask)
         a = jnp.where(batch.tgt_mask[:, None], self.q_score(sub(params, "q_score"), H, G),
-                      -1e30)
+                      LOG_ZERO)
         read = jax.nn.softmax(a, -1) @ G
         return self.arc_score(sub(params, "q_arc_score"),
                               H + jnp.tanh(linear(params, "q_tree", read)))
@@ -406,7 +407,7 @@ class Seq2SeqAlignment(AlignmentModel):
                 logp = self.family.transition_log_probs(e_t, batch.src_mask, prev, fam)
                 # the floor stands in for log 0: NumPyro's validation refuses −inf logits
                 # a fresh infer dict per site: NumPyro writes each site's dim names into it
-                z = numpyro.sample(SITE, dist.Categorical(logits=jnp.maximum(logp, -1e30)),
+                z = numpyro.sample(SITE, dist.Categorical(logits=jnp.maximum(logp, LOG_ZERO)),
                                    infer=dict(infer))
                 v = (jax.nn.one_hot(z, S, dtype=H.dtype)[..., None] * H).sum(-2)
                 # an observed site, not a factor: NumPyro's scan misnames the enumeration dims
