@@ -1,7 +1,7 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the
 monotonic chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing
-silently (u1–u10), run the tests that should catch it, report, and restore the file:
-``python tests/plant_faults.py [a b … m1 …]``. What it printed
+silently (u1–u10), of generated docs (v1), run the tests that should catch it, report, and
+restore the file: ``python tests/plant_faults.py [a b … m1 …]``. What it printed
 is in the docstrings of tests/test_matrix.py, tests/test_monotonic.py and tests/test_device.py.
 The selected tests run in whichever tier they are in; a property with a fast form selects that
 form (``c``), so its fault is shown caught by the default tier."""
@@ -161,6 +161,9 @@ FAULTS = [
   """               "categorical", "prior", "TraceGraph_ELBO", baseline="soft"),""",
   """               "categorical", "prior", "TraceGraph_ELBO"),""",
   "tests/test_contract.py::test_the_contract_tables_in_the_docs_are_the_registrys"),
+ # generated docs checked (tests/test_generated_docs.py): a stale line in the matrix's document
+ ("v1", "docs/verification.md", "| `dirichlet` | pyro: pass", "| `dirichlet` | pyro: FAIL",
+  "tests/test_generated_docs.py::test_verification_md_is_what_the_matrix_writes"),
  ("u10", "ppl_attention/sweep.py",
   "        diff = sorted(k for k in set(old) | set(fixed) if old.get(k) != fixed.get(k))",
   "        diff = [k for k in fixed if k in old and old[k] != fixed[k]]",
