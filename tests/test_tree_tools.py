@@ -19,7 +19,7 @@ import torch
 from ppl_attention.analysis.calibration import calibrate, planted
 from ppl_attention.cli import main
 from ppl_attention.core.trees import check_trees
-from ppl_attention.data import make_batches, make_task, write_tsv
+from ppl_attention.data import make_batches
 from ppl_attention.data.conllu import format_conllu, read_conllu
 from ppl_attention.errors import DataError
 from ppl_attention.inference import Run
@@ -28,6 +28,8 @@ from ppl_attention.trees import DependencyTree, tree_log_likelihood
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
+from tagged_trees import write_tagged_trees  # noqa: E402
+
 SPEC = f"{ROOT / 'tests' / 'models' / 'head_tagger.py'}:HeadTagger"
 
 
@@ -35,16 +37,7 @@ SPEC = f"{ROOT / 'tests' / 'models' / 'head_tagger.py'}:HeadTagger"
 def data_dir(tmp_path_factory):
     """A corpus of formulas whose target labels each word with its head's token (``root`` for
     the root's child), gold trees as ``{split}.conllu``."""
-    d = tmp_path_factory.mktemp("tagger")
-    task = make_task("trees", n_train=160, n_eval=40, depth=2)
-    for name in ("train", "valid", "test"):
-        split = getattr(task, name)
-        pairs = [(s, [s[h] if h != m else "root" for m, h in enumerate(heads)])
-                 for (s, _), heads in zip(split.pairs, split.trees)]
-        write_tsv(d / f"{name}.tsv", pairs)
-        (d / f"{name}.conllu").write_text("".join(
-            format_conllu(s, t, i + 1) for i, ((s, _), t) in enumerate(zip(pairs, split.trees))))
-    return d
+    return write_tagged_trees(tmp_path_factory.mktemp("tagger"), 160, 40)
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,10 @@ import pytest
 from ppl_attention.cli import main
 from ppl_attention.data import make_task, write_pharaoh, write_tsv
 from ppl_attention.data.bags import digit_bags
-from ppl_attention.data.conllu import format_conllu
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+from tagged_trees import write_tagged_trees  # noqa: E402
 
 
 def spec(path: str, cls: str) -> str:
@@ -78,16 +79,7 @@ def pairs(tmp_path_factory):
 def tagged_trees(tmp_path_factory):
     """Formulas whose target tags each word with its head's token (``root`` for the root's
     child), then ``<eos>``; gold trees as ``{split}.conllu``."""
-    d = tmp_path_factory.mktemp("tagged")
-    task = make_task("trees", n_train=60, n_eval=20, depth=2)
-    for name in ("train", "valid", "test"):
-        split = getattr(task, name)
-        pairs = [(s, [s[h] if h != m else "root" for m, h in enumerate(heads)])
-                 for (s, _), heads in zip(split.pairs, split.trees)]
-        write_tsv(d / f"{name}.tsv", pairs)
-        (d / f"{name}.conllu").write_text("".join(
-            format_conllu(s, t, i + 1) for i, ((s, _), t) in enumerate(zip(pairs, split.trees))))
-    return d
+    return write_tagged_trees(tmp_path_factory.mktemp("tagged"), 60, 20)
 
 
 def _data(case, request):
