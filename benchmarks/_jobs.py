@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-from ppl_attention.sweep import mean_sd
+from ppl_attention.tools.sweep import mean_sd
 
 
 def run_jobs(fn, jobs: list, n_procs: int) -> list:

@@ -6,7 +6,7 @@ translations, NULL-aligned and one-to-many words, local and long reorderings), a
 A corpus of N pairs is the task's 500 test pairs (whose gold links score every system) first,
 then N − 500 training pairs, as aligners are evaluated (unsupervised, the test sentences inside
 the corpus). Each system aligns both directions and the two are symmetrized by
-grow-diag-final-and (``ppl_attention.symmetrize``, the same code for every system); AER
+grow-diag-final-and (``ppl_attention.common.symmetrize``, the same code for every system); AER
 (Och & Ney 2003, sure and possible links), precision and recall of forward, reverse and
 symmetrized links.
 
@@ -44,7 +44,7 @@ OURS = [(m, k) for m in ("ibm1", "ibm2", "hmm") for k in ("gibbs", "vb")]
 def make_corpus(n: int, folder: Path) -> tuple[Path, Path]:
     """corpus.txt (the test pairs first) and gold.txt (their links) of ``n`` pairs."""
     from ppl_attention.data.parallel import format_gold, write_parallel
-    from ppl_attention.data.wordalign import wordalign_task
+    from ppl_attention.data.wordalign_task import wordalign_task
 
     folder.mkdir(parents=True, exist_ok=True)
     corpus, gold = folder / "corpus.txt", folder / "gold.txt"
@@ -57,9 +57,9 @@ def make_corpus(n: int, folder: Path) -> tuple[Path, Path]:
 
 
 def _scores(forward, reverse, corpus, gold) -> dict:
+    from ppl_attention.common.metrics import alignment_scores
+    from ppl_attention.common.symmetrize import symmetrize_corpus
     from ppl_attention.data.parallel import read_gold, read_parallel
-    from ppl_attention.metrics import alignment_scores
-    from ppl_attention.symmetrize import symmetrize_corpus
 
     pairs = read_parallel(corpus)
     g = read_gold(gold, pairs, prefix=True)

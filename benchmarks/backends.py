@@ -47,11 +47,11 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from seq2seq_methods import median_ms, synthetic_batch  # noqa: E402
 
-from ppl_attention.inference.methods import get_method, loss_and_grads  # noqa: E402
-from ppl_attention.models import Seq2SeqAlignment  # noqa: E402
-from ppl_attention.numpyro.batching import to_jax  # noqa: E402
 from ppl_attention.numpyro.inference.fit import make_loss  # noqa: E402
+from ppl_attention.numpyro.jax_batches import to_jax  # noqa: E402
 from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel  # noqa: E402
+from ppl_attention.pyro.inference.methods import get_method, loss_and_grads  # noqa: E402
+from ppl_attention.pyro.models import Seq2SeqAlignment  # noqa: E402
 
 SIZES = {"small": dict(batch=16, src=8, tgt=8, vocab=50, hidden=32),
          "large": dict(batch=64, src=20, tgt=20, vocab=1000, hidden=256)}

@@ -24,14 +24,14 @@ METHOD = {"soft": "soft", "weibull": "bam-weibull", "lognormal": "bam-lognormal"
 
 
 def _job(job):
-    """One run through the package's own training path (ppl_attention.inference.experiment):
+    """One run through the package's own training path (ppl_attention.tools.experiment):
     the model's defaults (lr, η, ρ) except the steps and η given here."""
     data, family, prior, seed, args = job
     import tempfile
 
     import torch
 
-    from ppl_attention.inference.experiment import Experiment, train_one
+    from ppl_attention.tools.experiment import Experiment, train_one
 
     torch.set_num_threads(1)
     model, task, steps = (("bam-classifier", "digits", args.steps) if data == "digits"

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     from diagonal import DiagonalAlignment
 
     import ppl_attention as pa
-    from ppl_attention.analysis.calibration import calibrate, planted
+    from ppl_attention.analysis.sbc import calibrate, planted
 
     task = pa.data.make_task("reorder", n_train=5000)
     sv = pa.data.Vocab.build(s for s, _ in task.train.pairs)

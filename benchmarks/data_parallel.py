@@ -36,7 +36,7 @@ def pyro_steps_per_second(method: str, processes: int, steps: int, hidden: int,
                            capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(r.stderr[-3000:])
-        from ppl_attention.inference.run import Run
+        from ppl_attention.common.runs import Run
 
         return 1000.0 / Run.load(f"{tmp}/run").extra["ms_per_step"]
 
@@ -46,11 +46,11 @@ def main(argv=None):
     import torch
 
     from ppl_attention.data import Vocab, make_batches, make_task
-    from ppl_attention.inference import get_method
-    from ppl_attention.models import Seq2SeqAlignment
-    from ppl_attention.numpyro.batching import to_jax
     from ppl_attention.numpyro.inference.fit import data_parallel, make_step
+    from ppl_attention.numpyro.jax_batches import to_jax
     from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
+    from ppl_attention.pyro.inference import get_method
+    from ppl_attention.pyro.models import Seq2SeqAlignment
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)

@@ -27,8 +27,8 @@ from ppl_attention.cli import build_parser
 from ppl_attention.cli.options import experiment_from_args
 from ppl_attention.data import make_batches
 from ppl_attention.data.g2p import g2p_task
-from ppl_attention.inference import Run, evaluate
-from ppl_attention.inference.experiment import train_one
+from ppl_attention.pyro.inference import Run, evaluate
+from ppl_attention.tools.experiment import train_one
 
 
 def phonetisaurus_row(work: Path, order: int) -> dict:
@@ -37,7 +37,7 @@ def phonetisaurus_row(work: Path, order: int) -> dict:
     (1-best); its scores are cached in ``work`` like a run's."""
     import subprocess
 
-    from ppl_attention.metrics import wer_per
+    from ppl_attention.common.metrics import wer_per
 
     scores = work / f"g2p-test-order{order}.json"
     if scores.exists():
@@ -74,7 +74,7 @@ def phonetisaurus_row(work: Path, order: int) -> dict:
 def ensemble_row(dirs: list[Path], out: Path, beam: int) -> dict:
     """Test WER/PER of runs decoding as an ensemble; training time is the members' sum. Cached
     in ``out`` like a run's scores."""
-    from ppl_attention.inference.decode import word_error_rates
+    from ppl_attention.pyro.inference.decode import word_error_rates
 
     name = "+".join(f"{d.parent.name}/{d.name}" for d in dirs)
     scores = out / f"ensemble-{name.replace('/', '_')}-beam{beam}.json"

@@ -23,8 +23,8 @@ import torch
 from ppl_attention.data.batching import make_batches
 from ppl_attention.data.tasks import make_task
 from ppl_attention.data.vocab import Vocab
-from ppl_attention.inference.methods import differentiable_loss, get_method
-from ppl_attention.models.seq2seq import Seq2SeqAlignment
+from ppl_attention.pyro.inference.methods import differentiable_loss, get_method
+from ppl_attention.pyro.models.seq2seq import Seq2SeqAlignment
 
 
 def main(argv=None):
@@ -94,10 +94,10 @@ def _numpyro_step(model, args, batches):
     bucket lengths; ``step.compile_s`` adds up the calls that compiled."""
     import jax
 
-    from ppl_attention.numpyro.batching import to_jax
     from ppl_attention.numpyro.inference.evaluate import MULTIPLE
     from ppl_attention.numpyro.inference.fit import make_step
     from ppl_attention.numpyro.inference.twins import twin_of
+    from ppl_attention.numpyro.jax_batches import to_jax
 
     jm, params = twin_of(model, training=True)
     rows = max(b.size for b in batches)

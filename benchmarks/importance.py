@@ -33,12 +33,12 @@ def convergence(args) -> int:
     import torch
 
     import ppl_attention as pa
+    from ppl_attention.common.importance_weights import correct
     from ppl_attention.data import Vocab, make_batches, make_task
-    from ppl_attention.importance import correct
-    from ppl_attention.inference.calibration import Distort
-    from ppl_attention.inference.calibration import distortion as planted
-    from ppl_attention.inference.importance import importance_arrays
-    from ppl_attention.models.base import exact_posterior
+    from ppl_attention.pyro.inference.calibration import Distort
+    from ppl_attention.pyro.inference.calibration import distortion as planted
+    from ppl_attention.pyro.inference.importance import importance_arrays
+    from ppl_attention.pyro.models.base import exact_posterior
 
     task = make_task("reorder", n_train=args.n_train, n_eval=200)
     sv, tv = (Vocab.build(p[k] for p in task.train.pairs) for k in (0, 1))

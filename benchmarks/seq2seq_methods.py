@@ -20,8 +20,8 @@ import pyro
 import torch
 
 from ppl_attention.data.batching import Batch
-from ppl_attention.inference.methods import METHODS, get_method, loss_and_grads
-from ppl_attention.models import Seq2SeqAlignment
+from ppl_attention.pyro.inference.methods import METHODS, get_method, loss_and_grads
+from ppl_attention.pyro.models import Seq2SeqAlignment
 
 
 def synthetic_batch(B, S, T, V, seed=0) -> Batch:

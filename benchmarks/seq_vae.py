@@ -36,8 +36,8 @@ def _job(job):
     torch.set_num_threads(1)
     from ppl_attention.cli import build_parser
     from ppl_attention.cli.options import experiment_from_args
-    from ppl_attention.inference import Run
-    from ppl_attention.inference.experiment import train_one
+    from ppl_attention.pyro.inference import Run
+    from ppl_attention.tools.experiment import train_one
 
     out = Path(args.out) / f"{name.replace(' ', '_').replace('+', 'and')}-seed{seed}"
     if (out / "COMPLETE").exists():

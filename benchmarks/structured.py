@@ -36,7 +36,7 @@ IMPLS = ("enumerated", "dense", "banded", "parallel")
 def _inputs_torch(n, batch, device, dtype, S=None):
     import torch
 
-    from ppl_attention.families import MarkovCategorical
+    from ppl_attention.pyro.families import MarkovCategorical
 
     S = S or n
     g = torch.Generator().manual_seed(0)
@@ -186,7 +186,7 @@ def _child(args) -> None:
 
 def _baseline_rss(backend: str) -> float:
     """The peak memory of a process that only imports what a cell imports."""
-    code = ("import resource, json; import torch, pyro, ppl_attention.families"
+    code = ("import resource, json; import torch, pyro, ppl_attention.pyro.families"
             + ("; import jax, numpyro, ppl_attention.numpyro.families" if backend == "numpyro"
                else "") + "; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -67,7 +67,7 @@ def _cell(impl: str, kind: str, n: int, batch: int, reps: int) -> dict:
     def step():
         s = x.clone().requires_grad_(True)
         if impl == "pyro":
-            from ppl_attention.trees import DependencyTree
+            from ppl_attention.pyro.trees import DependencyTree
 
             log_z = DependencyTree(s, projective=projective).log_partition
         else:
@@ -99,7 +99,7 @@ def _child(args) -> None:
 
 
 def _baseline_rss(impl: str) -> float:
-    imports = {"pyro": "import torch, ppl_attention.trees",
+    imports = {"pyro": "import torch, ppl_attention.pyro.trees",
                "numpyro": "import jax, jax.numpy as jnp, ppl_attention.numpyro.trees; "
                           "jnp.zeros(1).block_until_ready()",
                "torch-struct": "import torch, torch_struct"}[impl]

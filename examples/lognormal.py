@@ -3,7 +3,7 @@ with a key-dependent contextual prior.
 
 As in BAM, q(S | x) uses the queries' scores (here the learned table) and not y, so it is usable
 at test time; the prior p(S | keys) is a small key MLP shared by every query. TraceMeanField_ELBO
-uses the analytic KL of :mod:`ppl_attention.kl`.
+uses the analytic KL of :mod:`ppl_attention.pyro.kl`.
 """
 
 import pyro

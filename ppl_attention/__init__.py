@@ -5,35 +5,55 @@ The public surface::
     import ppl_attention as pa
     ctx, w = pa.attend("align", scores, values, family=pa.Categorical(), mask=src_mask)
 
-Models (``pa.models``: the contract ``AlignmentModel`` and the collection), inference
-(``pa.inference``: methods, ``fit``, ``evaluate``, ``Run``), data (``pa.data``) and the ArviZ
-analysis (``pa.analysis``) are subpackages; ``pa.numpyro`` is the NumPyro mirror.
+The package is one folder per floor, read from the bottom (docs/architecture.md): ``core``
+(pure Python: errors, checks, the family and method registries, numerical constants), ``data``,
+``common`` (the model contract and registry, run directories, metrics — what both backends
+build on), the two sibling backends ``pyro`` and ``numpyro`` (the same module names on both
+sides), ``tools`` (experiment, sweep, parity), ``analysis`` (ArviZ) and ``cli``.
+
+``pa.models`` and ``pa.inference`` are the Pyro backend's model contract and inference
+(``ppl_attention.pyro.models``, ``ppl_attention.pyro.inference``); ``pa.numpyro`` is the NumPyro
+mirror; ``pa.data``, ``pa.analysis``, ``pa.errors``.
 
 Every name loads on first use: ``import ppl_attention`` imports neither torch nor JAX, so the
 NumPyro side (``import ppl_attention.numpyro``) runs without torch and Pyro ever loading, and
-``pa.attend`` & co. bring in torch and Pyro when a Pyro user first touches them.
+``pa.attend`` & co. bring in torch and Pyro when a Pyro user first touches them. The import
+paths of version 0.1 (its flat modules) still work through :mod:`ppl_attention.compat`, with
+a warning naming the new path.
 """
 
 import importlib
+
+from . import compat
 
 __version__ = "0.1.0"
 
 #: public name → the module that defines it
 _NAMES = {
-    "attend": "attention", "broadcast_source_mask": "attention",
-    "MaskedDirichlet": "distributions", "MaskedRelaxedCategorical": "distributions",
-    "DependencyTree": "trees",
-    **{n: "families" for n in ("FAMILIES", "Categorical", "Dirichlet", "Family",
-                               "GaussianContext", "LogNormal", "MarkovCategorical",
-                               "RelaxedCategorical", "SegmentCRF", "Soft", "Tree",
-                               "TreeMarginals", "Weibull", "make_family", "masked_softmax")},
-    **{n: "scores" for n in ("SCORES", "AdditiveScore", "BiaffineArcScore", "BilinearScore",
-                             "DotScore", "MultiHeadScore", "ScaledDotScore", "make_score")},
+    "attend": "pyro.attend", "broadcast_source_mask": "pyro.attend",
+    "MaskedDirichlet": "pyro.distributions", "MaskedRelaxedCategorical": "pyro.distributions",
+    "DependencyTree": "pyro.trees",
+    **{n: "pyro.families" for n in ("FAMILIES", "Categorical", "Dirichlet", "Family",
+                                    "GaussianContext", "LogNormal", "MarkovCategorical",
+                                    "RelaxedCategorical", "SegmentCRF", "Soft", "Tree",
+                                    "TreeMarginals", "Weibull", "make_family",
+                                    "masked_softmax")},
+    **{n: "pyro.scores" for n in ("SCORES", "AdditiveScore", "BiaffineArcScore",
+                                  "BilinearScore", "DotScore", "MultiHeadScore",
+                                  "ScaledDotScore", "make_score")},
 }
-_SUBPACKAGES = ("analysis", "numpyro", "models", "inference", "data", "core", "errors",
-                "structured", "trees", "importance")
+#: public subpackage or module → where it lives
+_SUBPACKAGES = {
+    "analysis": "analysis", "numpyro": "numpyro", "pyro": "pyro", "data": "data",
+    "core": "core", "common": "common", "tools": "tools", "cli": "cli",
+    "models": "pyro.models", "inference": "pyro.inference", "errors": "core.errors",
+    "structured": "pyro.structured", "trees": "pyro.trees",
+    "importance": "common.importance_weights",
+}
 
 __all__ = sorted(_NAMES)
+
+compat.install()
 
 
 def __getattr__(name):
@@ -44,7 +64,7 @@ def __getattr__(name):
         globals()[name] = value
         return value
     if name in _SUBPACKAGES:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{_SUBPACKAGES[name]}", __name__)
     raise AttributeError(f"module 'ppl_attention' has no attribute {name!r}")
 
 

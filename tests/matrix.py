@@ -46,8 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppl_attention.core.global_methods import GLOBAL_METHODS  # noqa: E402
-from ppl_attention.core.methods import METHOD_SPECS  # noqa: E402
+from ppl_attention.core.global_method_specs import GLOBAL_METHODS  # noqa: E402
+from ppl_attention.core.method_specs import METHOD_SPECS  # noqa: E402
 
 PROPERTIES = {
     "a": "loss finite on a padded batch",

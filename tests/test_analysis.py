@@ -14,10 +14,10 @@ from ppl_attention.analysis import guide_diagnostics, to_inference_data
 from ppl_attention.cli import main
 from ppl_attention.data import Vocab, make_batches, make_task, write_tsv
 from ppl_attention.data.pharaoh import write_pharaoh
-from ppl_attention.inference import Run, get_method
-from ppl_attention.models import Seq2SeqAlignment
-from ppl_attention.numpyro.batching import to_jax
+from ppl_attention.numpyro.jax_batches import to_jax
 from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
+from ppl_attention.pyro.inference import Run, get_method
+from ppl_attention.pyro.models import Seq2SeqAlignment
 
 
 def _run(method="vae-enum", hidden=8, seed=0):

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch.distributions import kl_divergence
 
+from ppl_attention.common.metrics import expected_calibration_error, pavpu
 from ppl_attention.data.digits import load_digits_patches, to_patches
 from ppl_attention.data.graphs import Graph, contextual_sbm, karate_club
-from ppl_attention.metrics import expected_calibration_error, pavpu
-from ppl_attention.models.bam_classifier import BAMClassifier, predict_probs
-from ppl_attention.models.gat import BayesianGAT, predict_gat
+from ppl_attention.pyro.models.bam_classifier import BAMClassifier, predict_probs
+from ppl_attention.pyro.models.gat import BayesianGAT, predict_gat
 
 
 def test_ece_hand_computed():
@@ -103,7 +103,7 @@ def test_bam_context_ignores_masked_positions_and_is_normalized(family):
     import pyro
 
     from ppl_attention import attend
-    from ppl_attention.models.bam_classifier import layer_family
+    from ppl_attention.pyro.models.bam_classifier import layer_family
 
     torch.manual_seed(0)
     fam = layer_family(family, "contextual", key_dim=3)

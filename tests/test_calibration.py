@@ -1,4 +1,4 @@
-"""Calibration by simulation (ppl_attention.analysis.calibration): the statistics are exact
+"""Calibration by simulation (ppl_attention.analysis.sbc): the statistics are exact
 under calibration and fail off it; a trained run's exact posterior passes and a planted
 over-confident guide fails (the fast form; five seeds at the default N in
 benchmarks/calibration.py and the statistical tier); the command and compare's columns; a model
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy.stats import kstest
 
-from ppl_attention.analysis import calibration as cal
+from ppl_attention.analysis import sbc as cal
 from ppl_attention.cli import main
 
 
@@ -111,8 +111,8 @@ def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(
     (over-confident) fails, and with the logits × 0.05 (under-confident) fails too, covering
     more than it claims — the same planted distortion (``cal.planted``) on a Pyro and a NumPyro
     model."""
+    from ppl_attention.common.runs import Run
     from ppl_attention.data import make_task
-    from ppl_attention.runs import Run
 
     run = Run.load(trained / "runs" / "vae-enum-seed0" if backend == "pyro" else trained_numpyro)
     assert run.backend == backend

@@ -123,7 +123,7 @@ def test_task_size_and_bad_counts(tmp_path, capsys):
 def test_train_checkpoint_every_writes_partial_checkpoints(data_dir, tmp_path, monkeypatch):
     """`train --checkpoint-every N` saves a resumable PARTIAL run directory every N steps (the
     CLI once forgot to hand fit the run directory, so nothing was written until the end)."""
-    from ppl_attention.inference.run import Run
+    from ppl_attention.common.runs import Run
 
     saved = []
     real_save = Run.save

@@ -16,10 +16,10 @@ import torch
 from conftest import require_ray
 
 from ppl_attention.cli import main
+from ppl_attention.common.registry import load_model_class
 from ppl_attention.data import Vocab, make_batches, make_task
-from ppl_attention.inference import get_method
-from ppl_attention.models import base
-from ppl_attention.models.registry import load_model_class
+from ppl_attention.pyro.inference import get_method
+from ppl_attention.pyro.models import base
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "examples" / "tutorial"
@@ -137,7 +137,7 @@ def test_generic_exact_members_equal_the_built_in_models_own(method):
     built-in Seq2SeqAlignment computes by hand — and where it cannot (a Markov chain's
     sites, folded into one factor by the forward algorithm) it refuses rather than computing
     something else, naming the member to implement."""
-    from ppl_attention.models import Seq2SeqAlignment
+    from ppl_attention.pyro.models import Seq2SeqAlignment
 
     m, b = _tiny(Seq2SeqAlignment, method, hidden=8)
     m.eval()
@@ -160,7 +160,7 @@ def test_markov_posterior_samples_are_exact_ffbs_draws():
     frequencies of p(z | x, y) by brute force over all paths (chi-square), for a ragged batch."""
     from scipy.stats import chisquare
 
-    from ppl_attention.models import Seq2SeqAlignment
+    from ppl_attention.pyro.models import Seq2SeqAlignment
 
     m, b = _tiny(Seq2SeqAlignment, "hmm-exact", n=4, hidden=8)
     m.eval()
@@ -317,8 +317,9 @@ def test_no_tool_dispatches_on_model_or_family_names():
     import re
 
     pkg = ROOT / "ppl_attention"
-    files = [pkg / "inference" / f for f in ("fit.py", "run.py", "evaluate.py",
-                                             "experiment.py", "decode.py")]
+    files = [pkg / "pyro" / "inference" / f for f in ("fit.py", "evaluate.py", "decode.py")]
+    files += [pkg / "common" / "runs.py", pkg / "tools" / "experiment.py"]
+    files += [*(pkg / "numpyro" / "inference").glob("*.py"), *(pkg / "common").glob("*.py")]
     files += list((pkg / "analysis").glob("*.py")) + list((pkg / "cli").glob("*.py"))
     pattern = re.compile(r"(family|model)\.name\s*(==|!=|in\b)|method\s*==\s*[\"']|"
                          r"isinstance\([^)]*,\s*(Soft|Categorical|Seq2SeqAlignment|"
@@ -330,7 +331,7 @@ def test_no_tool_dispatches_on_model_or_family_names():
 
 def test_pyro_param_store_untouched_by_model_loading(compared):
     """Loading a run does not leave parameters behind in Pyro's global store."""
-    from ppl_attention.inference import Run
+    from ppl_attention.pyro.inference import Run
 
     pyro.clear_param_store()
     Run.load(compared / "runs" / "exact-seed0")
@@ -365,8 +366,8 @@ def test_the_contract_tables_in_the_docs_are_the_registrys(monkeypatch):
     test (shown here by planting one: hard-sample without its soft baseline)."""
     import dataclasses
 
-    from ppl_attention import contract
-    from ppl_attention.core import methods
+    from ppl_attention.common import contract
+    from ppl_attention.core import method_specs as methods
 
     docs = (ROOT / "docs" / "architecture.md").read_text()
     assert contract.contract_tables() in docs

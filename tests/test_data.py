@@ -1,10 +1,10 @@
 import pytest
 
+from ppl_attention.common.metrics import aer
 from ppl_attention.data import DataError, Vocab, make_batches, make_task, read_pharaoh, read_tsv
 from ppl_attention.data.corpus import read_sequences
 from ppl_attention.data.pharaoh import write_pharaoh
 from ppl_attention.data.tasks import reorder_task
-from ppl_attention.metrics import aer
 
 
 def _write(tmp_path, name, text):

@@ -15,9 +15,9 @@ from ppl_attention.cli import main
 SCRIPT = textwrap.dedent('''
     import json, jax, numpy as np, torch
     from ppl_attention.data import Vocab, make_batches, make_task
-    from ppl_attention.inference import get_method
-    from ppl_attention.models import Seq2SeqAlignment
-    from ppl_attention.numpyro.batching import to_jax
+    from ppl_attention.pyro.inference import get_method
+    from ppl_attention.pyro.models import Seq2SeqAlignment
+    from ppl_attention.numpyro.jax_batches import to_jax
     from ppl_attention.numpyro.inference.fit import data_parallel, fit, make_loss
     from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
 

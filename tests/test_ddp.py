@@ -43,8 +43,8 @@ def test_two_gloo_processes_equal_one_process_on_the_combined_batch(tmp_path, me
     assert [h["train_loss"] for h in h2] == pytest.approx([h["train_loss"] for h in h1],
                                                           rel=1e-5)
     # and training moved the parameters from their initial values: the equality is not trivial
-    from ppl_attention.inference.methods import get_method
-    from ppl_attention.models import Seq2SeqAlignment
+    from ppl_attention.pyro.inference.methods import get_method
+    from ppl_attention.pyro.models import Seq2SeqAlignment
 
     mc = cfg["model"]
     torch.manual_seed(0)  # as `train --seed 0` builds the model
@@ -56,8 +56,8 @@ def test_two_gloo_processes_equal_one_process_on_the_combined_batch(tmp_path, me
 
 def _small_model(method):
     from ppl_attention.data import Vocab, make_batches, make_task
-    from ppl_attention.inference.methods import get_method
-    from ppl_attention.models import Seq2SeqAlignment
+    from ppl_attention.pyro.inference.methods import get_method
+    from ppl_attention.pyro.models import Seq2SeqAlignment
 
     task = make_task("reorder", n_train=60, seed=0)
     sv = Vocab.build(s for s, _ in task.train.pairs)
@@ -86,8 +86,8 @@ def float64():
 def test_shard_gradients_sum_to_the_whole_batch_gradient(method, float64):
     """What DDP all-reduces: the ranks' surrogate gradients on their shards add up to the whole
     batch's (float64; the methods whose loss has no random draw)."""
-    from ppl_attention.inference.distributed import Distributed
-    from ppl_attention.inference.methods import differentiable_loss
+    from ppl_attention.pyro.inference.distributed import Distributed
+    from ppl_attention.pyro.inference.methods import differentiable_loss
 
     m, model, batch = _small_model(method)
     elbo = m.elbo()
@@ -117,7 +117,7 @@ def test_the_surrogate_has_the_gradient_of_pyros_own_loss_and_grads(method, floa
     TraceGraph_ELBO and ReweightedWakeSleep through Pyro's private methods)."""
     import pyro
 
-    from ppl_attention.inference.methods import differentiable_loss
+    from ppl_attention.pyro.inference.methods import differentiable_loss
 
     m, model, batch = _small_model(method)
     elbo = m.elbo()

@@ -13,7 +13,7 @@ tensor while a program runs.
 
 What runs on meta:
 
-- every built-in torch model of ``models/registry.py`` (``seq2seq``, ``seq-vae`` — its GRU and
+- every built-in torch model of ``common/registry.py`` (``seq2seq``, ``seq-vae`` — its GRU and
   its Transformer configuration —, ``bam-classifier``, ``gat``) and the tutorial's
   ``DiagonalAlignment`` × every method it supports (``check_method``): the model and guide
   programs with the method's switches (``inference.methods.programs``), traced by the method's
@@ -68,20 +68,20 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 import ppl_attention as pa
-import ppl_attention.models.rnn as rnn
-from ppl_attention.core.methods import METHOD_SPECS
+import ppl_attention.pyro.models.rnn as rnn
+from ppl_attention.common.registry import MODELS, load_model_class
+from ppl_attention.core.errors import UserError
+from ppl_attention.core.method_specs import METHOD_SPECS
 from ppl_attention.data import Vocab, make_batches
 from ppl_attention.data.digits import ImageBatch
 from ppl_attention.data.graphs import Graph
 from ppl_attention.data.kinds import DATA_KINDS
-from ppl_attention.errors import UserError
-from ppl_attention.families import FAMILIES, MarkovCategorical
-from ppl_attention.inference.evaluate import log_importance_weights
-from ppl_attention.inference.methods import differentiable_loss, get_method, programs
-from ppl_attention.models import base
-from ppl_attention.models.registry import MODELS, load_model_class
-from ppl_attention.models.seq_vae_diagnostics import latent_diagnostics
-from ppl_attention.structured import MonotonicAlignment
+from ppl_attention.pyro.families import FAMILIES, MarkovCategorical
+from ppl_attention.pyro.inference.evaluate import log_importance_weights
+from ppl_attention.pyro.inference.methods import differentiable_loss, get_method, programs
+from ppl_attention.pyro.models import base
+from ppl_attention.pyro.models.seq_vae_diagnostics import latent_diagnostics
+from ppl_attention.pyro.structured import MonotonicAlignment
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = (str(Path(pa.__file__).parent), str(ROOT / "examples"))  # wherever it is imported from

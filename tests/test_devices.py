@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ppl_attention import devices
 from ppl_attention.cli import main
+from ppl_attention.common import devices
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_device_cpu_gives_the_default_numbers(tmp_path, data_dir):
 FOLLOWS = r"""
 import sys, jax
 sys.path.insert(0, sys.argv[1])
-from ppl_attention import devices
+from ppl_attention.common import devices
 from ppl_attention.data import Vocab, make_batches, make_task
 from ppl_attention.numpyro.inference import fit
 from ppl_attention.numpyro.inference.methods import get_method

@@ -3,7 +3,7 @@ import torch
 from torch.distributions import Dirichlet, RelaxedOneHotCategorical
 
 import ppl_attention as pa
-from ppl_attention.distributions import MaskedDirichlet, MaskedRelaxedCategorical
+from ppl_attention.pyro.distributions import MaskedDirichlet, MaskedRelaxedCategorical
 
 D = torch.float64
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppl_attention.analysis import calibration
+from ppl_attention.analysis import sbc as calibration
 from ppl_attention.cli import main
+from ppl_attention.core.errors import DataError
 from ppl_attention.data.bags import read_bags
 from ppl_attention.data.kinds import data_kind
-from ppl_attention.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "examples" / "tutorial"
@@ -65,8 +65,8 @@ def test_calibrations_verdict_reads_both_tests(monkeypatch):
 
 
 def test_compares_default_methods_are_those_the_backend_runs(capsys):
-    from ppl_attention.cli.sweep import method_support
-    from ppl_attention.registry import load_model_class
+    from ppl_attention.cli.compare import method_support
+    from ppl_attention.common.registry import load_model_class
 
     ok, why = method_support(load_model_class(NUMPYRO))
     assert "vae-rws" in why and "reweighted wake-sleep" in why["vae-rws"]

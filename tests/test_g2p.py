@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from ppl_attention.cli import main
+from ppl_attention.common.metrics import edit_distance, wer_per
 from ppl_attention.data import Vocab
 from ppl_attention.data.batching import collate
 from ppl_attention.data.g2p import g2p_task, read_cmudict, split_of
-from ppl_attention.inference import Run, get_method
-from ppl_attention.inference.decode import TorchStepper, beam_search
-from ppl_attention.metrics import edit_distance, wer_per
-from ppl_attention.models import Seq2SeqAlignment
+from ppl_attention.pyro.inference import Run, get_method
+from ppl_attention.pyro.inference.decode import TorchStepper, beam_search
+from ppl_attention.pyro.models import Seq2SeqAlignment
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_ensemble_of_runs_with_other_vocabularies_is_refused(tmp_path, capsys):
 
 
 def test_monotonic_share():
-    from ppl_attention.inference.evaluate import monotonic_share
+    from ppl_attention.pyro.inference.evaluate import monotonic_share
 
     links = {0: {(0, 0), (1, 1), (1, 2)}, 1: {(2, 0), (1, 1)}, 2: set()}
     assert monotonic_share(links) == pytest.approx(2 / 3)

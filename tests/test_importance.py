@@ -1,4 +1,5 @@
-"""The importance-corrected posterior (ppl_attention.importance and both backends' draws): the
+"""The importance-corrected posterior (ppl_attention.common.importance_weights and both backends'
+draws): the
 corrected link marginals converge to the exact ones as 1/√K, k̂ is small for a guide equal to
 the posterior and large for a planted over-confident one, the two backends give the same
 corrected marginals at the same draws, IWAE-K and the ELBO of the same draws bound log p, bad K
@@ -20,9 +21,7 @@ import torch
 
 import ppl_attention as pa
 from ppl_attention.cli import main
-from ppl_attention.data import Vocab, make_batches, make_task
-from ppl_attention.errors import UserError
-from ppl_attention.importance import (
+from ppl_attention.common.importance_weights import (
     MEMORY_BUDGET,
     check_importance,
     check_samples,
@@ -30,9 +29,11 @@ from ppl_attention.importance import (
     khat_summary,
     smooth,
 )
-from ppl_attention.inference.calibration import Distort, distortion
-from ppl_attention.inference.importance import importance_arrays
-from ppl_attention.models.base import exact_posterior, exact_token_log_likelihood
+from ppl_attention.core.errors import UserError
+from ppl_attention.data import Vocab, make_batches, make_task
+from ppl_attention.pyro.inference.calibration import Distort, distortion
+from ppl_attention.pyro.inference.importance import importance_arrays
+from ppl_attention.pyro.models.base import exact_posterior, exact_token_log_likelihood
 
 TASK = make_task("reorder", n_train=300, n_eval=20, seed=1)
 SV, TV = (Vocab.build(p[k] for p in TASK.train.pairs) for k in (0, 1))

@@ -95,7 +95,7 @@ def seq2seq_run():
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_numpyro_decode_equals_the_pyro_decode_on_twin_weights(seq2seq_run, beam):
-    from ppl_attention.decoding import beam_search
+    from ppl_attention.common.decoding import beam_search
 
     run, sources = seq2seq_run
     for src in sources:

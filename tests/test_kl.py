@@ -5,8 +5,8 @@ import torch
 from torch.distributions import Gamma, LogNormal, Weibull, kl_divergence
 
 import ppl_attention as pa
-from ppl_attention import kl as pkl
-from ppl_attention.distributions import MaskedDirichlet
+from ppl_attention.pyro import kl as pkl
+from ppl_attention.pyro.distributions import MaskedDirichlet
 
 N = 200_000
 D = torch.float64

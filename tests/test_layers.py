@@ -56,7 +56,7 @@ def test_the_layers_contract_holds():
 
 
 def test_every_arviz_call_goes_through_one_module():
-    """ArviZ 1.x is a new API: porting to it is ppl_attention/arviz_api.py alone, so no other
+    """ArviZ 1.x is a new API: porting to it is ppl_attention/common/arviz_api.py alone, so no other
     module of the package imports arviz (planted: an ``import arviz as az`` in diagnostics.py —
     caught)."""
     import re

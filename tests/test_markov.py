@@ -10,9 +10,9 @@ import torch
 from pyro.infer import TraceEnum_ELBO
 
 from ppl_attention.data import Vocab, make_batches
-from ppl_attention.families import MarkovCategorical
-from ppl_attention.inference import Run, evaluate, get_method
-from ppl_attention.models import Seq2SeqAlignment
+from ppl_attention.pyro.families import MarkovCategorical
+from ppl_attention.pyro.inference import Run, evaluate, get_method
+from ppl_attention.pyro.models import Seq2SeqAlignment
 
 PAIRS = [(["a", "b", "c"], ["A", "B"]), (["b", "c"], ["C", "B", "A"]), (["c", "a", "b", "a"],
                                                                          ["B"])]
@@ -95,7 +95,7 @@ def test_bad_arguments():
 def test_markov_beam_scores_are_the_exact_sequence_log_likelihood():
     """The decoder's running score of its best hypothesis equals the forward algorithm's
     log p(y | x) of that output (filters carried per hypothesis are exact)."""
-    from ppl_attention.inference.decode import beam_search
+    from ppl_attention.pyro.inference.decode import beam_search
 
     model, sv, tv = _model()
     run = Run(model, "hmm-exact", sv, tv)
@@ -126,8 +126,8 @@ def test_numpyro_mirror_equals_pyro_on_the_same_weights(max_back):
     from numpyro import handlers
     from numpyro.contrib.funsor import enum, log_density
 
-    from ppl_attention.numpyro.batching import to_jax
     from ppl_attention.numpyro.inference.fit import make_loss
+    from ppl_attention.numpyro.jax_batches import to_jax
     from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
 
     model, sv, tv = _model(max_back)

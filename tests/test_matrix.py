@@ -32,21 +32,21 @@ import torch
 from matrix import AGREEMENT, BACKENDS, global_not_applicable, not_applicable, sampled
 from pyro import poutine
 
-from ppl_attention.core.global_methods import GLOBAL_METHODS
-from ppl_attention.core.methods import METHOD_SPECS
+from ppl_attention.core.errors import UserError
+from ppl_attention.core.global_method_specs import GLOBAL_METHODS
+from ppl_attention.core.method_specs import METHOD_SPECS
 from ppl_attention.core.numerics import LOG_ZERO
 from ppl_attention.data import Vocab, make_batches, make_task
 from ppl_attention.data.batching import Batch
-from ppl_attention.errors import UserError
-from ppl_attention.inference import Run, fit, get_method
-from ppl_attention.inference.evaluate import log_importance_weights
-from ppl_attention.inference.methods import differentiable_loss
-from ppl_attention.models import Seq2SeqAlignment
-from ppl_attention.numpyro.batching import to_jax
 from ppl_attention.numpyro.inference import get_method as numpyro_method
 from ppl_attention.numpyro.inference.fit import make_loss
 from ppl_attention.numpyro.inference.methods import score_function_kl_loss, score_function_loss
+from ppl_attention.numpyro.jax_batches import to_jax
 from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
+from ppl_attention.pyro.inference import Run, fit, get_method
+from ppl_attention.pyro.inference.evaluate import log_importance_weights
+from ppl_attention.pyro.inference.methods import differentiable_loss
+from ppl_attention.pyro.models import Seq2SeqAlignment
 
 CELLS = [(m, b) for m in METHOD_SPECS for b in BACKENDS]
 IDS = [f"{m}-{b}" for m, b in CELLS]
@@ -187,8 +187,8 @@ def _check_na(method, prop, backend):
         return False
     spec = METHOD_SPECS[method]
     if "arc-emissions" in spec.requires:
-        from ppl_attention.errors import MissingCapability
-        from ppl_attention.models.base import check_method
+        from ppl_attention.core.errors import MissingCapability
+        from ppl_attention.pyro.models.base import check_method
 
         with pytest.raises(MissingCapability, match="arc-emissions"):
             check_method(Seq2SeqAlignment, get_method(method))
@@ -313,7 +313,7 @@ def _tree_terms(model, method, b):
     exact E_q[log p(y | z)] and log p(y | x) = log Σ_z p(z | x) p(y | z, x), and KL(q ‖ p)."""
     from torch.distributions import kl_divergence
 
-    from ppl_attention.core.trees import enumerate_trees
+    from ppl_attention.core.heads import enumerate_trees
 
     m = get_method(method)
     pyro.set_rng_seed(0)
@@ -625,9 +625,9 @@ def test_e_iwae_order(method, backend):
             with torch.no_grad():
                 return log_importance_weights(run, b, k)
     else:
-        from ppl_attention.inference.evaluate import guide_posterior
         from ppl_attention.numpyro.inference.evaluate import log_importance_weights as jlw
         from ppl_attention.numpyro.inference.evaluate import model_and_params
+        from ppl_attention.pyro.inference.evaluate import guide_posterior
 
         run = Run(_model(method, torch.float32), method, SV, TV)
         jb = to_jax(b)
@@ -832,7 +832,7 @@ def _global_run(reference, method):
 @pytest.mark.slow
 @pytest.mark.parametrize("method,backend", GLOBAL_CELLS, ids=GLOBAL_IDS)
 def test_h_mcmc_diagnostics(method, backend, global_reference, tmp_path, capsys):
-    from ppl_attention import arviz_api
+    from ppl_attention.common import arviz_api
     from ppl_attention.numpyro.inference.bayes import ESS_MIN, RHAT_MAX
 
     reason = global_not_applicable(method, "h", backend)

@@ -23,10 +23,10 @@ import torch
 from pyro.infer import TraceEnum_ELBO
 from scipy.stats import chisquare
 
-from ppl_attention.families import MarkovCategorical
 from ppl_attention.numpyro.families import MarkovCategorical as JaxMarkov
 from ppl_attention.numpyro.structured import MonotonicAlignment as JaxChain
-from ppl_attention.structured import MonotonicAlignment, associative_scan, logmatmulexp
+from ppl_attention.pyro.families import MarkovCategorical
+from ppl_attention.pyro.structured import MonotonicAlignment, associative_scan, logmatmulexp
 
 B, T, S = 3, 5, 4
 SRC = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]]).bool()
@@ -161,8 +161,8 @@ def test_hmm_exact_through_the_chain_equals_the_enumerated_sites():
     """The hmm-exact model (the chain summed out in MonotonicAlignment) gives TraceEnum_ELBO the
     loss and gradients of the T sequential enumerated pyro.markov sites it replaced."""
     from ppl_attention.data import Vocab, make_batches, make_task
-    from ppl_attention.inference import get_method
-    from ppl_attention.models import Seq2SeqAlignment
+    from ppl_attention.pyro.inference import get_method
+    from ppl_attention.pyro.models import Seq2SeqAlignment
 
     task = make_task("reorder", n_train=10, n_eval=2, seed=0, min_len=3, max_len=6)
     sv = Vocab.build(s for s, _ in task.train.pairs)
@@ -189,7 +189,7 @@ def test_hmm_exact_through_the_chain_equals_the_enumerated_sites():
 
 
 def test_bad_shapes_and_methods_are_refused():
-    from ppl_attention.errors import UserError
+    from ppl_attention.core.errors import UserError
 
     with pytest.raises(UserError, match="auto, sequential or parallel"):
         MonotonicAlignment(torch.zeros(1, 2), torch.zeros(1, 3, 2, 2), torch.zeros(1, 3, 2),

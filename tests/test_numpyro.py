@@ -13,22 +13,22 @@ import pytest
 import torch
 from pyro.infer import TraceEnum_ELBO
 
-from ppl_attention import distributions as tdist
-from ppl_attention import kl as tkl
 from ppl_attention.cli import main
 from ppl_attention.data import Vocab, make_batches, make_task, write_tsv
 from ppl_attention.data.pharaoh import write_pharaoh
-from ppl_attention.inference import Run, get_method
-from ppl_attention.inference.evaluate import map_alignments
-from ppl_attention.inference.methods import loss_and_grads
-from ppl_attention.models import Seq2SeqAlignment as TorchModel
 from ppl_attention.numpyro import distributions as jdist
 from ppl_attention.numpyro import kl as jkl
-from ppl_attention.numpyro.batching import to_jax
 from ppl_attention.numpyro.inference import evaluate as jeval
 from ppl_attention.numpyro.inference.fit import make_loss
 from ppl_attention.numpyro.inference.methods import enumerated_guide_loss
+from ppl_attention.numpyro.jax_batches import to_jax
 from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
+from ppl_attention.pyro import distributions as tdist
+from ppl_attention.pyro import kl as tkl
+from ppl_attention.pyro.inference import Run, get_method
+from ppl_attention.pyro.inference.evaluate import map_alignments
+from ppl_attention.pyro.inference.methods import loss_and_grads
+from ppl_attention.pyro.models import Seq2SeqAlignment as TorchModel
 
 
 def _setup(method="exact", hidden=8, n=11, seed=0, encoder_layers=1):
@@ -288,7 +288,7 @@ def test_every_score_same_weights_same_values_and_projected_keys_agree(name):
     """Each NumPyro score equals its torch twin on the same weights, and scoring one query at a
     time from the keys projected once (how the decoders call it) equals scoring all at once."""
     from ppl_attention.numpyro.scores import make_score as jax_score
-    from ppl_attention.scores import make_score as torch_score
+    from ppl_attention.pyro.scores import make_score as torch_score
 
     torch.manual_seed(0)
     ts = torch_score(name, 8, 8)
@@ -311,14 +311,14 @@ def test_every_score_same_weights_same_values_and_projected_keys_agree(name):
 
 
 def test_bucketed_training_compiles_once_per_bucket_shape_and_padding_changes_no_number():
-    """NumPyro pads every batch to bucket lengths (ppl_attention.numpyro.batching.BUCKETS), so a
+    """NumPyro pads every batch to bucket lengths (ppl_attention.numpyro.jax_batches.BUCKETS), so a
     corpus of many length pairs compiles once per bucket shape — counted in the run's metrics —
     and the padding changes no number: the exact log-likelihood of a batch padded to its bucket
     equals the unpadded one (the Markov chain and the enumerated alignment alike). Planted
     faults caught: ``bucket`` returning the length itself (a compile per length pair), and the
     Markov chain's padded steps left unmasked (the padded likelihood differs)."""
-    from ppl_attention.numpyro.batching import bucket
     from ppl_attention.numpyro.inference.fit import fit
+    from ppl_attention.numpyro.jax_batches import bucket
 
     task = make_task("reorder", n_train=48, n_eval=6, seed=3, min_len=13, max_len=16)
     sv = Vocab.build(s for s, _ in task.train.pairs)

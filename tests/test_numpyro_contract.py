@@ -29,8 +29,8 @@ from numpyro import handlers
 
 from ppl_attention.cli import main
 from ppl_attention.data import Vocab, make_batches, make_task
-from ppl_attention.numpyro.batching import to_jax
 from ppl_attention.numpyro.inference.methods import get_method
+from ppl_attention.numpyro.jax_batches import to_jax
 from ppl_attention.numpyro.models import base
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,9 +96,9 @@ def test_generic_exact_members_equal_brute_force_and_the_pyro_twin():
     # the Pyro twin on the same weights (moved by name) gives the same numbers
     from diagonal import DiagonalAlignment as PyroDiagonal
 
-    from ppl_attention.inference import get_method as pyro_method
-    from ppl_attention.models import base as pyro_base
     from ppl_attention.numpyro.inference.twins import state_dict_from_params
+    from ppl_attention.pyro.inference import get_method as pyro_method
+    from ppl_attention.pyro.models import base as pyro_base
 
     tm = PyroDiagonal(m.src_vocab, m.tgt_vocab, family=pyro_method("vae-enum").family(), dim=8)
     tm.load_state_dict(state_dict_from_params(m, params, tm))
@@ -140,10 +140,10 @@ def test_a_numpyro_model_through_compare_evaluate_align_analyze_diagnose(compare
     from diagonal import DiagonalAlignment as PyroDiagonal
 
     from ppl_attention.analysis import guide_diagnostics
+    from ppl_attention.common.runs import Run
     from ppl_attention.data import read_pharaoh, read_tsv
-    from ppl_attention.inference import get_method as pyro_method
-    from ppl_attention.inference.run import Run
     from ppl_attention.numpyro.inference.twins import state_dict_from_params
+    from ppl_attention.pyro.inference import get_method as pyro_method
 
     r_np = Run.load(run)
     tm = PyroDiagonal(**r_np.model.config, family=pyro_method("vae-enum").family())
@@ -269,7 +269,7 @@ def _numpyro_fit(steps, resume=None, seed=0):
 
 
 def test_a_numpyro_run_saved_and_resumed_gives_the_identical_next_losses(tmp_path):
-    from ppl_attention.inference.run import Run
+    from ppl_attention.common.runs import Run
 
     straight = _numpyro_fit(6)
     part = _numpyro_fit(4)

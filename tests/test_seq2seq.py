@@ -10,8 +10,8 @@ from pyro import poutine
 from pyro.infer import TraceEnum_ELBO
 
 from ppl_attention.data import Vocab, make_batches, make_task
-from ppl_attention.inference import Run, evaluate, fit, get_method
-from ppl_attention.models import Seq2SeqAlignment
+from ppl_attention.pyro.inference import Run, evaluate, fit, get_method
+from ppl_attention.pyro.models import Seq2SeqAlignment
 
 
 def _tiny(method="exact", hidden=8, n=12, seed=0):
@@ -142,7 +142,7 @@ def test_exact_loss_on_a_padded_batch_equals_the_marginal():
 def test_a_run_killed_midway_resumes_from_its_partial_checkpoint(tmp_path, monkeypatch):
     import importlib
 
-    fit_module = importlib.import_module("ppl_attention.inference.fit")
+    fit_module = importlib.import_module("ppl_attention.pyro.inference.fit")
 
     _, straight = _fit("exact", 6, lr_schedule="cosine")
     losses = [h["train_loss"] for h in straight.history]

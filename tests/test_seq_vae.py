@@ -14,8 +14,8 @@ from pyro.infer import Trace_ELBO, TraceEnum_ELBO
 
 from ppl_attention.cli import main
 from ppl_attention.data import DataError, Vocab, make_batches, make_task, read_sequences
-from ppl_attention.models.seq_vae import AttentionSeqVAE, free_bits_kl, kl_normal_per_dim
-from ppl_attention.models.seq_vae_diagnostics import _iwae, _sequence_elbo, latent_diagnostics
+from ppl_attention.pyro.models.seq_vae import AttentionSeqVAE, free_bits_kl, kl_normal_per_dim
+from ppl_attention.pyro.models.seq_vae_diagnostics import _iwae, _sequence_elbo, latent_diagnostics
 
 SEQS = [t for _, t in make_task("reorder", n_train=60, n_eval=6, seed=0).train.pairs]
 
@@ -192,8 +192,8 @@ def test_numpyro_mirror_equals_pyro_on_the_same_weights(kw):
     from numpyro import handlers
     from numpyro.infer import Trace_ELBO as JTrace_ELBO
 
-    from ppl_attention.numpyro.batching import to_jax
     from ppl_attention.numpyro.inference.methods import latent_enumerated_loss
+    from ppl_attention.numpyro.jax_batches import to_jax
     from ppl_attention.numpyro.models import AttentionSeqVAE as JaxVAE
 
     m, _, b = _setup(free_bits=0.3, **kw)

@@ -19,9 +19,9 @@ import json
 import pytest
 
 from ppl_attention.cli import main
-from ppl_attention.errors import UserError
-from ppl_attention.models.seq_vae import AttentionSeqVAE as PyroVAE
+from ppl_attention.core.errors import UserError
 from ppl_attention.numpyro.models.seq_vae import AttentionSeqVAE as NumPyroVAE
+from ppl_attention.pyro.models.seq_vae import AttentionSeqVAE as PyroVAE
 
 NUMPYRO_SPEC = "ppl_attention.numpyro.models.seq_vae:AttentionSeqVAE"
 BOTH_TRAIN = ["soft", "exact", "hard-enum"]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from ppl_attention.families import SegmentCRF
-from ppl_attention.inference import evaluate, get_method
-from ppl_attention.models import Seq2SeqAlignment
+from ppl_attention.pyro.families import SegmentCRF
+from ppl_attention.pyro.inference import evaluate, get_method
+from ppl_attention.pyro.models import Seq2SeqAlignment
 
 MASKS = [[1] * 8, [1, 1, 1, 1, 1, 0, 0, 0], [1], [0, 1, 1, 0, 1, 1, 0, 1]]
 
@@ -90,9 +90,9 @@ def test_segment_crf_method_in_both_backends():
     import jax
 
     from ppl_attention.data import Vocab, make_batches, make_task
-    from ppl_attention.inference.fit import fit
-    from ppl_attention.numpyro.batching import to_jax
+    from ppl_attention.numpyro.jax_batches import to_jax
     from ppl_attention.numpyro.models import Seq2SeqAlignment as JaxModel
+    from ppl_attention.pyro.inference.fit import fit
 
     task = make_task("reorder", n_train=64, n_eval=8, seed=0)
     sv = Vocab.build(s for s, _ in task.train.pairs)

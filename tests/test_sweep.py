@@ -44,7 +44,7 @@ def _ray_cluster():
     """One local Ray cluster for this module's `--ray local` sweeps, started as the command
     starts one (``sweep.start_ray``): its worker processes, torch imported once, serve them all."""
     require_ray()
-    from ppl_attention import sweep
+    from ppl_attention.tools import sweep
 
     ray = sweep.start_ray("local")
     yield ray
@@ -58,7 +58,7 @@ def ray_local(_ray_cluster, monkeypatch):
     up. Starting and stopping a cluster of its own is test_contract's Ray test."""
     import types
 
-    from ppl_attention import sweep
+    from ppl_attention.tools import sweep
 
     def join(address, quiet=True):
         sweep.check_ray(address)

@@ -14,12 +14,12 @@ import torch
 
 import ppl_attention as pa
 from ppl_attention.cli import main
-from ppl_attention.core.trees import enumerate_trees, parse_conll_heads, tree_problem
+from ppl_attention.core.errors import MissingCapability, UserError
+from ppl_attention.core.heads import enumerate_trees, parse_conll_heads, tree_problem
 from ppl_attention.data import Vocab, make_batches, make_task
 from ppl_attention.data.formulas import formula
-from ppl_attention.errors import MissingCapability, UserError
-from ppl_attention.models.base import capabilities, check_method
-from ppl_attention.trees import heads_to_arcs
+from ppl_attention.pyro.models.base import capabilities, check_method
+from ppl_attention.pyro.trees import heads_to_arcs
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 from head_labels import HeadLabeller  # noqa: E402

@@ -16,15 +16,15 @@ import pyro
 import pytest
 import torch
 
-from ppl_attention.analysis.calibration import calibrate, planted
+from ppl_attention.analysis.sbc import calibrate, planted
 from ppl_attention.cli import main
-from ppl_attention.core.trees import check_trees
+from ppl_attention.core.errors import DataError
+from ppl_attention.core.heads import check_trees
 from ppl_attention.data import make_batches
 from ppl_attention.data.conllu import format_conllu, read_conllu
-from ppl_attention.errors import DataError
-from ppl_attention.inference import Run
-from ppl_attention.models.base import exact_token_log_likelihood, simulate
-from ppl_attention.trees import DependencyTree, tree_log_likelihood
+from ppl_attention.pyro.inference import Run
+from ppl_attention.pyro.models.base import exact_token_log_likelihood, simulate
+from ppl_attention.pyro.trees import DependencyTree, tree_log_likelihood
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "models"))

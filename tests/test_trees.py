@@ -19,7 +19,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from ppl_attention.core.trees import (
+from ppl_attention.core.errors import UserError
+from ppl_attention.core.heads import (
     attachment_score,
     chu_liu_edmonds,
     conll_heads,
@@ -28,9 +29,8 @@ from ppl_attention.core.trees import (
     parse_conll_heads,
     tree_problem,
 )
-from ppl_attention.errors import UserError
 from ppl_attention.numpyro.trees import DependencyTree as JaxTree
-from ppl_attention.trees import DependencyTree, heads_to_arcs
+from ppl_attention.pyro.trees import DependencyTree, heads_to_arcs
 
 jax.config.update("jax_enable_x64", True)
 

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ppl_attention import arviz_api
-from ppl_attention.core import global_methods as gm
+from ppl_attention.common import arviz_api
+from ppl_attention.core import global_method_specs as gm
+from ppl_attention.core.errors import UserError
 from ppl_attention.data.indexed import index_pairs
 from ppl_attention.data.kinds import data_kind
-from ppl_attention.errors import UserError
 from ppl_attention.numpyro import aligners as al
 from ppl_attention.numpyro.families import make_family
 from ppl_attention.numpyro.inference import backend, bayes
@@ -77,7 +77,7 @@ def test_program_likelihood_equals_enumeration(name):
     model = _model(name, data, max_jump=2)
     batch = next(iter(kind.batches(data.train, data.vocabs, 4, model=model,
                                    source={"task": "reorder"})))
-    from ppl_attention.numpyro.batching import to_jax
+    from ppl_attention.numpyro.jax_batches import to_jax
 
     jb = to_jax(batch)
     keep = np.asarray(jb.tgt_mask).sum(-1) <= 6  # short rows: the enumeration stays small

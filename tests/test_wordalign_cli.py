@@ -1,5 +1,5 @@
 """Plain parallel text and gold links (``ppl_attention.data.parallel``), symmetrization of two
-directional alignments (``ppl_attention.symmetrize``), and the ``wordalign`` / ``symmetrize``
+directional alignments (``ppl_attention.common.symmetrize``), and the ``wordalign`` / ``symmetrize``
 commands: bad input refused naming file and line before any work, hand-worked link sets, and a
 small run whose links and scores are checked as numbers.
 
@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from ppl_attention.cli import main
+from ppl_attention.common.symmetrize import HEURISTICS, NEIGHBOURS, symmetrize
+from ppl_attention.core.errors import UserError
 from ppl_attention.data.corpus import DataError
 from ppl_attention.data.parallel import (
     format_gold,
@@ -29,8 +31,6 @@ from ppl_attention.data.parallel import (
     read_parallel,
     write_parallel,
 )
-from ppl_attention.errors import UserError
-from ppl_attention.symmetrize import HEURISTICS, NEIGHBOURS, symmetrize
 
 LINK = re.compile(r"^(\d+)-(\d+)$")
 
@@ -387,7 +387,7 @@ def _aer(links, sure, possible):
 
 @pytest.fixture(scope="module")
 def task():
-    from ppl_attention.data.wordalign import wordalign_task
+    from ppl_attention.data.wordalign_task import wordalign_task
 
     return wordalign_task(n_train=150, n_eval=50, seed=0, vocab=60, max_len=10)
 

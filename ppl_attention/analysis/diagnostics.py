@@ -1,7 +1,7 @@
 """How close a trained guide q(z | x, y) is to the exact posterior p(z | x, y), per method.
 
 For each pair, K alignments z_k ~ q and their log importance weights
-log w_k = log p(y, z_k | x) − log q(z_k | x, y) (:func:`~ppl_attention.inference.evaluate.
+log w_k = log p(y, z_k | x) − log q(z_k | x, y) (:func:`~ppl_attention.pyro.inference.evaluate.
 log_importance_weights`). Reported, per token or as shares of pairs:
 
 - ``kl_exact_q``: mean over tokens of KL(p(z_t | x, y) ‖ q(z_t | x, y)) — models with an exact
@@ -30,14 +30,14 @@ import math
 
 import numpy as np
 
-from .. import arviz_api
-from ..backends import get_backend
-from ..contract import capabilities, require
+from ..common import arviz_api
+from ..common.backends import get_backend
+from ..common.contract import capabilities, require
+from ..common.importance_weights import KHAT_THRESHOLD, MIN_DISTINCT
+from ..common.metrics import aer
+from ..core.errors import UserError
 from ..core.progress import progress_bar
 from ..data.batching import array_kind, make_batches
-from ..errors import UserError
-from ..importance import KHAT_THRESHOLD, MIN_DISTINCT
-from ..metrics import aer
 
 __all__ = ["guide_diagnostics", "KHAT_THRESHOLD", "MIN_DISTINCT"]
 

@@ -99,10 +99,10 @@ def plot_alignment_posteriors(runs, source: list[str], target: list[str], path,
     import torch
     from pyro import poutine
 
-    from ..attention import recording
     from ..data.batching import collate
-    from ..models.base import declared, exact_posterior
-    from ..models.device import model_device
+    from ..pyro.attend import recording
+    from ..pyro.models.base import declared, exact_posterior
+    from ..pyro.models.device import model_device
 
     fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs) + 1, 0.35 * len(target) + 2),
                              squeeze=False)

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import arviz_api
-from ..backends import get_backend
-from ..contract import require
+from ..common import arviz_api
+from ..common.backends import get_backend
+from ..common.contract import require
+from ..core.errors import UserError
 from ..core.progress import progress_bar
 from ..data.batching import array_kind, make_batches, pair_sides
-from ..errors import UserError
 
 __all__ = ["to_inference_data"]
 
@@ -47,16 +47,17 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
                       progress: bool = True, importance: dict | None = None):
     """``arviz.InferenceData`` of the alignments of ``pairs`` (a list of (source, target) token
     lists, or a :class:`~ppl_attention.data.tasks.Split`) under a trained ``run``, its arrays
-    from the run's backend (``alignment_arrays`` of :mod:`ppl_attention.inference.posterior` or
+    from the run's backend (``alignment_arrays`` of :mod:`ppl_attention.pyro.inference.posterior` or
     :mod:`ppl_attention.numpyro.inference.posterior`: the same groups either way).
 
     ``importance`` (``{"samples": K, "threshold": t}``): ``posterior`` holds ``num_samples``
     draws resampled from the guide's importance-corrected posterior (K draws per pair, PSIS;
-    :mod:`ppl_attention.importance`) and their log-likelihoods, and a group ``importance``
+    :mod:`ppl_attention.common.importance_weights`) and their log-likelihoods, and a group
+    ``importance``
     holds each pair's ``khat`` and the K draws' ``log_weights`` and normalized ``weights``."""
     import xarray as xr
 
-    from ..importance import check_importance, correct
+    from ..common.importance_weights import check_importance, correct
 
     if not isinstance(num_samples, int) or num_samples <= 0:
         raise UserError(f"num_samples must be a positive int, got {num_samples!r}")

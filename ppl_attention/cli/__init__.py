@@ -23,8 +23,10 @@ import contextlib
 import sys
 
 from ..core.divergence import EXIT_DIVERGED, Diverged
-from ..errors import UserError
-from . import analyze, evaluate, sample, sweep, train, twin, wordalign
+from ..core.errors import UserError
+from . import analyze, sample, train, twin, wordalign
+from . import compare as sweep
+from . import evaluate_align as evaluate
 from .options import peek_model
 
 
@@ -55,7 +57,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def _cmd_models(args) -> int:
-    from ..registry import MODELS
+    from ..common.registry import MODELS
 
     for e in MODELS.values():
         print(f"{e.name:<15} {e.data:<10} {e.description}\n{'':<26} reference: {e.reference}")
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e.message()}", file=sys.stderr)
         return EXIT_DIVERGED
     except Exception as e:
-        from ..experiment import ReportFailed
+        from ..tools.experiment import ReportFailed
 
         if not isinstance(e, ReportFailed):
             raise

@@ -8,13 +8,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..contract import require
+from ..common.contract import require
 from ..core import jsonio
+from ..core.errors import DataError, UserError
 from ..core.files import make_readable
-from ..core.global_methods import is_global_method
+from ..core.global_method_specs import is_global_method
 from ..data.corpus import atomic_write_text
-from ..errors import DataError, UserError
-from .evaluate import add_eval_data, add_run_model, eval_split, load_run
+from .evaluate_align import add_eval_data, add_run_model, eval_split, load_run
 from .options import add_posterior, posterior_options
 
 
@@ -80,7 +80,7 @@ def cmd_analyze(args) -> int:
     importance = posterior_options(args)
     run = load_run(args.run, args)
     if importance:
-        from ..importance import check_importance
+        from ..common.importance_weights import check_importance
 
         if is_global_method(run.method):
             raise UserError(f"--posterior importance: {run.method} infers global latents (its "
@@ -104,7 +104,7 @@ def cmd_analyze(args) -> int:
         idata = to_inference_data(run, split.pairs, num_samples=args.num_samples,
                                   seed=args.seed, importance=importance)
         if importance:
-            from ..importance import unreliable_note
+            from ..common.importance_weights import unreliable_note
 
             khat = idata["importance"]["khat"].values
             note = unreliable_note([f"pair {i}" for i, v in enumerate(khat)
@@ -126,7 +126,7 @@ def cmd_analyze(args) -> int:
             os.remove(tmp)
     written = [out / "posterior.nc"]
     if global_run:
-        from .. import arviz_api
+        from ..common import arviz_api
 
         arviz_api.save_trace_plot(idata, out / "trace.png")
         written.append(out / "trace.png")
@@ -152,7 +152,7 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from ..analysis.calibration import calibrate, uncalibratable, write_report
+    from ..analysis.sbc import calibrate, uncalibratable, write_report
 
     importance = posterior_options(args)
     run = load_run(args.run, args)
@@ -160,7 +160,7 @@ def cmd_calibrate(args) -> int:
     if reason:
         raise UserError(f"{args.run}: calibrate: {reason}")
     if importance:
-        from ..importance import check_importance
+        from ..common.importance_weights import check_importance
 
         check_importance(run, importance["samples"])
     split = _analysis_split(run, args, args.run)

@@ -11,13 +11,13 @@ import sys
 import typing
 from dataclasses import dataclass
 
-from ..backends import BACKENDS
-from ..contract import declared
+from ..common.backends import BACKENDS
+from ..common.contract import declared
+from ..common.devices import DEVICE_HELP
+from ..core.errors import UserError
 from ..core.schedules import LR_SCHEDULES
 from ..core.training import TRAINING_DEFAULTS, training_options
 from ..data.kinds import DATA_KINDS, data_kind
-from ..devices import DEVICE_HELP
-from ..errors import UserError
 
 TRAINING_HELP = {
     "steps": "training steps (one batch a step)",
@@ -154,7 +154,7 @@ def add_backend(p, what: str = "the model") -> None:
 
 
 def add_model_flag(p, default: str | None = "seq2seq") -> None:
-    from ..registry import MODELS
+    from ..common.registry import MODELS
 
     p.add_argument("--model", default=default,
                    help=f"a registry name ({', '.join(MODELS)}) or your own: "
@@ -174,8 +174,8 @@ def peek_model(argv: list[str], default: str = "seq2seq") -> str:
 
 
 def experiment_from_args(args):
-    """An :class:`~ppl_attention.inference.experiment.Experiment` from parsed options."""
-    from ..experiment import Experiment
+    """An :class:`~ppl_attention.tools.experiment.Experiment` from parsed options."""
+    from ..tools.experiment import Experiment
 
     def group(prefix):
         return {k[len(prefix):]: v for k, v in vars(args).items()
@@ -202,8 +202,8 @@ def eprint(*a) -> None:
 
 def add_posterior(p) -> None:
     """``--posterior default|importance`` and its draws and threshold (see
-    :mod:`ppl_attention.importance`)."""
-    from ..importance import DEFAULT_SAMPLES, KHAT_THRESHOLD, POSTERIORS
+    :mod:`ppl_attention.common.importance_weights`)."""
+    from ..common.importance_weights import DEFAULT_SAMPLES, KHAT_THRESHOLD, POSTERIORS
 
     p.add_argument("--posterior", choices=POSTERIORS, default="default",
                    help="the posterior the tool reads: default (the exact one where the model "
@@ -220,7 +220,7 @@ def add_posterior(p) -> None:
 def posterior_options(args) -> dict | None:
     """``{"samples": K, "threshold": t}`` for ``--posterior importance``, None for the default
     posterior; the importance options without it are refused (they would be ignored)."""
-    from ..importance import DEFAULT_SAMPLES, KHAT_THRESHOLD, check_samples
+    from ..common.importance_weights import DEFAULT_SAMPLES, KHAT_THRESHOLD, check_samples
 
     given = [f for f, v in (("--importance-samples", args.importance_samples),
                             ("--khat-threshold", args.khat_threshold)) if v is not None]

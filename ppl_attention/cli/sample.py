@@ -4,9 +4,9 @@ interpolations (a model with ``generate(z, bos, eos)`` and ``encode(batch)``, su
 
 from __future__ import annotations
 
+from ..core.errors import UserError
 from ..data import make_batches
-from ..errors import UserError
-from .evaluate import add_run_model, eval_split, load_run
+from .evaluate_align import add_run_model, eval_split, load_run
 
 
 def add_parser(sub) -> None:

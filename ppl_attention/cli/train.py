@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..common.registry import MODELS, load_model_class
 from ..core import jsonio
-from ..experiment import check_experiment, train_one
-from ..registry import MODELS, load_model_class
+from ..tools.experiment import check_experiment, train_one
 from .options import (
     add_data_source,
     add_model_flag,
@@ -34,7 +34,7 @@ def add_parser(sub, model: str | None) -> None:
     add_model_flag(p)
     p.add_argument("--method", default=default_method(model),
                    help=f"an inference method (default {default_method(model)}; "
-                   f"ppl_attention.inference.METHODS)")
+                   f"ppl_attention.pyro.inference.METHODS)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -52,7 +52,7 @@ def _distributed():
 
     if os.environ.get("WORLD_SIZE") in (None, "", "1"):
         return None
-    from ..inference.distributed import Distributed
+    from ..pyro.inference.distributed import Distributed
 
     return Distributed.from_env()
 
@@ -61,7 +61,7 @@ def cmd_train(args) -> int:
     exp = experiment_from_args(args)
     check_experiment(exp, [args.method])
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        from ..errors import UserError
+        from ..core.errors import UserError
 
         raise UserError(f"--checkpoint-every must be at least 1, got {args.checkpoint_every}")
     distributed = _distributed()

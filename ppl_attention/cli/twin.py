@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import sys
 
-from ..contract import declared, model_backend
+from ..common.contract import declared, model_backend
+from ..common.devices import jax_default_device, torch_device
+from ..common.registry import load_model_class
 from ..core import jsonio
+from ..core.errors import UserError
 from ..data.kinds import data_kind
-from ..devices import jax_default_device, torch_device
-from ..errors import UserError
-from ..registry import load_model_class
 from .options import add_device, model_options
 
 DEFAULT_TOLERANCE = 1e-4
@@ -60,10 +60,10 @@ def _options(cls, given: list[str]) -> dict:
 
 
 def cmd_check_twin(args) -> int:
-    from ..backends import get_backend
+    from ..common.backends import get_backend
 
     get_backend("numpyro")  # the extra installed, before any work
-    from ..parity import twin_methods, twin_parity
+    from ..tools.parity import twin_methods, twin_parity
 
     pyro_cls = load_model_class(args.pyro_model)
     numpyro_cls = load_model_class(args.numpyro_model)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..core import jsonio
-from ..errors import UserError
+from ..core.errors import UserError
 
 METHODS = {"gibbs": "blocked Gibbs sampling (NumPyro MCMC with a conjugate kernel)",
            "vb": "mean-field variational Bayes, closed-form coordinate ascent",
@@ -24,7 +24,7 @@ DEFAULTS = {"chains": 2, "burn_in": 50, "samples": 50, "thin": 1, "track": 1000,
 
 
 def add_parsers(sub) -> None:
-    from ..symmetrize import HEURISTICS
+    from ..common.symmetrize import HEURISTICS
 
     p = sub.add_parser("wordalign", help="align plain parallel text (source ||| target), "
                        "write Pharaoh links", description=__doc__.splitlines()[0])
@@ -187,9 +187,9 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
 
 
 def cmd_wordalign(args) -> int:
+    from ..common.symmetrize import symmetrize_corpus
     from ..data.pharaoh import format_pharaoh, parse_pharaoh_line, write_pharaoh
     from ..numpyro.aligners import aligner
-    from ..symmetrize import symmetrize_corpus
 
     pairs, gold, opts = check_wordalign(args)
     spec = aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
@@ -229,7 +229,7 @@ def cmd_wordalign(args) -> int:
         if res.get("elbo"):
             report[f"{name}_elbo"] = res["elbo"]
     if gold is not None:
-        from ..metrics import alignment_scores
+        from ..common.metrics import alignment_scores
 
         report["scores"] = {name: alignment_scores(links, *gold)
                             for name, links in results.items()}
@@ -250,7 +250,7 @@ def _save_run(out: Path, report, fwd, rev) -> None:
     sweep)."""
     import numpy as np
 
-    from .. import arviz_api
+    from ..common import arviz_api
     from ..data.corpus import atomic_write_text, write_directory_atomically
 
     def fill(tmp: Path) -> None:
@@ -278,9 +278,9 @@ def _save_run(out: Path, report, fwd, rev) -> None:
 
 
 def cmd_symmetrize(args) -> int:
+    from ..common.symmetrize import symmetrize_corpus
     from ..data.corpus import DataError, atomic_write_text
     from ..data.pharaoh import format_pharaoh, read_pharaoh
-    from ..symmetrize import symmetrize_corpus
 
     fwd, rev = read_pharaoh(args.forward), read_pharaoh(args.reverse)
     if len(fwd) != len(rev):

@@ -4,8 +4,8 @@ schedules (learning rate, KL annealing, batch order). Nothing here imports torch
 NumPyro."""
 
 from .checks import check_choice, check_int, check_positive
-from .families import FAMILY_SPECS, FamilySpec, family_spec
-from .methods import METHOD_SPECS, MethodSpec, method_spec
+from .family_specs import FAMILY_SPECS, FamilySpec, family_spec
+from .method_specs import METHOD_SPECS, MethodSpec, method_spec
 from .schedules import LR_SCHEDULES, batch_order, kl_annealing
 
 __all__ = ["check_choice", "check_int", "check_positive", "FAMILY_SPECS", "FamilySpec",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UnsafeCheckpoint, UserError
+from .errors import UnsafeCheckpoint, UserError
 from .files import make_readable
 
 __all__ = ["flatten_tree", "unflatten_tree", "save_arrays", "load_arrays"]

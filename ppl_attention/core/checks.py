@@ -1,11 +1,12 @@
-"""Argument checks shared by both backends; each raises :class:`~ppl_attention.errors.UserError`
+"""Argument checks shared by both backends; each raises
+:class:`~ppl_attention.core.errors.UserError`
 naming the argument."""
 
 from __future__ import annotations
 
 import math
 
-from ..errors import UserError
+from .errors import UserError
 
 
 def check_positive(name: str, value) -> float:

@@ -6,7 +6,8 @@ norm before the update: a non-finite one stops the run *before* the update touch
 so the weights kept are the last finite ones) and :func:`check_figure` on every validation NLL.
 A stop raises :class:`Diverged`, which carries the step, the method, what was not finite (or
 impossible) and its value; the loop saves the run directory marked ``DIVERGED`` with that
-record (:mod:`ppl_attention.runs`) and re-raises it. The command line prints it as one line with
+record (:mod:`ppl_attention.common.runs`) and re-raises it. The command line prints it as one line
+with
 what to try (a smaller ``--lr``, the family's known instabilities) and exits with
 :data:`EXIT_DIVERGED`; every tool refuses a diverged run with its reason.
 
@@ -97,7 +98,7 @@ class Diverged(Exception):
 
 def hint(method_spec=None, lr: float | None = None) -> str:
     """What to try: a smaller learning rate, and the known instabilities of the family the
-    method samples (a :class:`~ppl_attention.core.methods.MethodSpec`; none for a method that
+    method samples (a :class:`~ppl_attention.core.method_specs.MethodSpec`; none for a method that
     samples nothing)."""
     parts = [f"a smaller --lr (this run: {lr:g})" if lr is not None else "a smaller --lr"]
     fam = None if method_spec is None else method_spec.family_spec

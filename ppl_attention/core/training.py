@@ -3,7 +3,7 @@ written once for the Pyro and the NumPyro loop."""
 
 from __future__ import annotations
 
-from ..errors import UserError
+from .errors import UserError
 from .schedules import SPANS_STEPS
 
 __all__ = ["TRAINING_DEFAULTS", "training_options", "check_resume_steps"]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, UserError
+from ..core.errors import DataError, UserError
 from .splits import Split
 
 __all__ = ["Bag", "read_bags", "collate_bags", "digit_bags", "BAG_ARRAYS"]

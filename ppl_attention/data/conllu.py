@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.trees import conll_heads, parse_conll_heads, tree_problem
-from ..errors import DataError
+from ..core.errors import DataError
+from ..core.heads import conll_heads, parse_conll_heads, tree_problem
 
 __all__ = ["format_conllu", "read_conllu"]
 

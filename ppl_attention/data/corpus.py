@@ -6,8 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..core.errors import DataError
 from ..core.files import make_readable
-from ..errors import DataError
 
 __all__ = ["Pair", "DataError", "read_tsv", "read_sequences", "read_utf8", "write_tsv",
            "atomic_write_text", "write_directory_atomically"]

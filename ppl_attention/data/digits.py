@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 __all__ = ["DigitsData", "ImageBatch", "load_digits_patches", "to_patches", "image_batches",
            "read_image_tokens"]
@@ -95,7 +95,7 @@ def read_image_tokens(data_dir) -> DigitsData:
     that disagree, a non-finite value, a label outside the training labels."""
     from pathlib import Path
 
-    from ..errors import DataError
+    from ..core.errors import DataError
 
     def read(name):
         path = Path(data_dir) / f"{name}.npz"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .splits import Split, Task
 
 __all__ = ["trees_task", "formula", "DEPTHS"]

@@ -13,7 +13,7 @@ import hashlib
 import re
 from importlib import resources
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .splits import Split, Task
 
 WORD = re.compile(r"^[a-z']+$")

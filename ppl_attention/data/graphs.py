@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 __all__ = ["Graph", "contextual_sbm", "karate_club", "check_graph"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 __all__ = ["ShapeClass", "IndexedCorpus", "index_corpus", "index_pairs"]
 

@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DataError, UserError
+from ..core.errors import DataError, UserError
 from .batching import array_kind, make_batches
 from .conllu import read_conllu
 from .corpus import read_sequences, read_tsv

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .formulas import trees_task
 from .splits import Split, Task
 
@@ -158,7 +158,7 @@ TASKS = {
 
 
 def _wordalign(n_train, n_eval, seed, **options):
-    from .wordalign import wordalign_task
+    from .wordalign_task import wordalign_task
 
     return wordalign_task(n_train, n_eval, seed, **options)
 

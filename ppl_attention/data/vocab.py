@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 UNK, PAD, BOS, EOS = "<unk>", "<pad>", "<bos>", "<eos>"
 SPECIALS = (UNK, PAD, BOS, EOS)

@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import digamma, gammaln
 
+from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
-from ..errors import UserError
 
 __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_translation",
            "expected_log_translation",

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
+from ..core.errors import NonFiniteScores, UserError
 from ..core.records import AttendRecord, record, recording
-from ..errors import NonFiniteScores, UserError
 from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord", "FAMILY_PARAM"]

@@ -1,5 +1,5 @@
 """Simplex distributions over a ragged set of source positions, NumPyro side: the same maths as
-:mod:`ppl_attention.distributions` (see there for the densities). NumPyro has no
+:mod:`ppl_attention.pyro.distributions` (see there for the densities). NumPyro has no
 RelaxedOneHotCategorical at all; these give exactly 0 on masked positions.
 
 Both draw in log space, where nothing underflows:

@@ -1,5 +1,5 @@
 """Alignment families for the NumPyro mirror: the same classes, arguments and maths as
-:mod:`ppl_attention.families` (read its docstrings for the equations).
+:mod:`ppl_attention.pyro.families` (read its docstrings for the equations).
 
 The one difference is functional: a family with parameters (the contextual prior network of
 ``Weibull``/``LogNormal``, keys ``"prior_net.0.weight"`` … as in torch's ``state_dict``) takes
@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-from ..core.families import FAMILY_SPECS, FamilySpec
+from ..core.errors import UserError
+from ..core.family_specs import FAMILY_SPECS, FamilySpec
 from ..core.numerics import LOG_ZERO
-from ..errors import UserError
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
@@ -51,8 +51,8 @@ def _normalize(s, mask):
 
 
 class Family:
-    """Base contract (see :class:`ppl_attention.families.Family`); traits and parameters from
-    the same spec (:mod:`ppl_attention.core.families`)."""
+    """Base contract (see :class:`ppl_attention.pyro.families.Family`); traits and parameters from
+    the same spec (:mod:`ppl_attention.core.family_specs`)."""
 
     spec: FamilySpec | None = None
     name: str = ""
@@ -285,7 +285,7 @@ class GaussianContext(Family):
 
 
 class MarkovCategorical(Family):
-    """Hard monotonic (HMM) attention, as :class:`ppl_attention.families.MarkovCategorical`:
+    """Hard monotonic (HMM) attention, as :class:`ppl_attention.pyro.families.MarkovCategorical`:
 
         p(z_t = j | z_{t−1} = i, x, y<t) ∝ exp(e_tj + w_{j−i}),  −max_back ≤ j − i ≤ max_jump,
 
@@ -397,7 +397,7 @@ class MarkovCategorical(Family):
 
 
 class SegmentCRF(Family):
-    """Segmentation attention, as :class:`ppl_attention.families.SegmentCRF`: weights are the
+    """Segmentation attention, as :class:`ppl_attention.pyro.families.SegmentCRF`: weights are the
     marginals p(s_j = 1) of a binary linear-chain CRF (unary e_tj, pairwise ``transitions``
     A[s_{j−1}, s_j], key ``"transitions"``), by forward–backward in log space with
     ``jax.lax.scan``; masked positions leave the chain and get weight 0."""
@@ -480,7 +480,7 @@ def source_lengths(mask):
 
 
 class _TreeAttention(Family):
-    """As :class:`ppl_attention.families._TreeAttention`: a dependency tree over the source,
+    """As :class:`ppl_attention.pyro.families._TreeAttention`: a dependency tree over the source,
     c_t = Σ_m α_tm [v_m ; Σ_h z_hm v_h ; Σ_c z_mc v_c] (``[..., T, 3·dv]``)."""
 
     def __init__(self, projective: bool = True, single_root: bool = True):
@@ -515,13 +515,13 @@ class _TreeAttention(Family):
 
 
 class Tree(_TreeAttention):
-    """A latent dependency tree (:class:`ppl_attention.families.Tree`)."""
+    """A latent dependency tree (:class:`ppl_attention.pyro.families.Tree`)."""
 
     spec = FAMILY_SPECS["tree"]
 
 
 class TreeMarginals(_TreeAttention):
-    """Structured attention from exact arc marginals (:class:`ppl_attention.families.
+    """Structured attention from exact arc marginals (:class:`ppl_attention.pyro.families.
     TreeMarginals`)."""
 
     spec = FAMILY_SPECS["tree-marginals"]

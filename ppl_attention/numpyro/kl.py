@@ -1,4 +1,4 @@
-"""Closed-form KLs for the NumPyro mirror (the maths of :mod:`ppl_attention.kl`).
+"""Closed-form KLs for the NumPyro mirror (the maths of :mod:`ppl_attention.pyro.kl`).
 
 NumPyro has KL(Weibull ‖ Gamma) already; it lacks KL(LogNormal ‖ LogNormal) and the masked
 Dirichlet pair. Importing this module registers them with ``numpyro.distributions.kl``, so

@@ -1,5 +1,5 @@
 """Alignment scores for the NumPyro mirror: the same names, shapes and maths as
-:mod:`ppl_attention.scores`, as stateless objects over parameter dicts keyed like the torch
+:mod:`ppl_attention.pyro.scores`, as stateless objects over parameter dicts keyed like the torch
 modules' ``state_dict()`` (``"W.weight"``, ``"U.weight"``, ``"v.weight"``, …).
 
 ``score = AdditiveScore(dq, dk); params = score.init(key); e = score(params, queries, keys)``:
@@ -14,7 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .nn import Params, init_linear, linear
 
 __all__ = ["AdditiveScore", "BilinearScore", "DotScore", "ScaledDotScore", "MultiHeadScore",
@@ -143,7 +143,8 @@ class MultiHeadScore:
 
 
 class BiaffineArcScore:
-    """Arc log-potentials of a dependency tree (:class:`ppl_attention.scores.BiaffineArcScore`):
+    """Arc log-potentials of a dependency tree
+    (:class:`ppl_attention.pyro.scores.BiaffineArcScore`):
     θ_hm = a_hᵀ U d_m + uᵀ a_h, θ_mm = rᵀ d_m; with queries, head and root tilts per query.
     Params ``head.*``, ``dep.*``, ``U``, ``u``, ``root`` (``Wq.weight``, ``Wr.weight``)."""
 

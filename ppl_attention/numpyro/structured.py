@@ -1,5 +1,5 @@
 """``MonotonicAlignment`` for the NumPyro mirror: the same chain, names and maths as
-:mod:`ppl_attention.structured` (read its docstring), in JAX — the sequential path a
+:mod:`ppl_attention.pyro.structured` (read its docstring), in JAX — the sequential path a
 ``jax.lax.scan`` over banded steps, the parallel path ``jax.lax.associative_scan`` over dense
 log-semiring matrices."""
 
@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from ..core.chain_paths import choose_path
+from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
-from ..errors import UserError
 from .trees import DependencyTree
 
 __all__ = ["MonotonicAlignment", "DependencyTree", "FLOOR", "logmatmulexp", "maxmatmul"]
@@ -41,7 +41,7 @@ def _band_to_dense(trans, max_back: int):
 
 
 class MonotonicAlignment:
-    """As :class:`ppl_attention.structured.MonotonicAlignment`: ``init [B, S]``,
+    """As :class:`ppl_attention.pyro.structured.MonotonicAlignment`: ``init [B, S]``,
     ``trans [B, T, S, W]``, ``emissions [B, T, S]``, ``mask [B, T]``."""
 
     def __init__(self, init, trans, emissions, mask, max_back: int = 0, method: str = "auto"):

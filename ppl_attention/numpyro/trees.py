@@ -1,5 +1,6 @@
 """``DependencyTree`` for the NumPyro mirror: the same distribution, names, arguments and maths as
-:mod:`ppl_attention.trees` (read its docstring for the recursions), in JAX. Eisner's recursion is
+:mod:`ppl_attention.pyro.trees` (read its docstring for the recursions), in JAX. Eisner's recursion
+is
 a ``jax.lax.fori_loop`` over span widths on fixed-size charts (one compilation per padded N);
 the matrix-tree theorem ``jnp.linalg.slogdet``; marginals, entropy and KL come from
 ``jax.grad`` of log Z. Value checks (finite scores, trees given to ``log_prob``) run on concrete
@@ -15,9 +16,9 @@ import numpy as np
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.kl import kl_divergence
 
+from ..core.errors import NonFiniteScores, UserError
+from ..core.heads import check_trees, chu_liu_edmonds, enumerate_trees
 from ..core.numerics import LOG_ZERO
-from ..core.trees import check_trees, chu_liu_edmonds, enumerate_trees
-from ..errors import NonFiniteScores, UserError
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
@@ -91,7 +92,7 @@ def _plus(semiring: str, key=None):
 
 def _eisner_chart(theta, semiring: str, key=None):
     """The complete items of Eisner's recursion over ``theta [..., n, n]`` (torch side:
-    :func:`ppl_attention.trees._eisner_chart`): C← by start, C→ by end and by start, each
+    :func:`ppl_attention.pyro.trees._eisner_chart`): C← by start, C→ by end and by start, each
     ``[..., n, n(width)]``; one ``fori_loop`` step per width, on whole charts."""
     plus = _plus(semiring, key)
     n = theta.shape[-1]
@@ -165,8 +166,9 @@ def _matrix_tree_log_partition(theta, lengths, single_root: bool):
 
 
 class DependencyTree(Distribution):
-    """As :class:`ppl_attention.trees.DependencyTree`: ``scores [..., N, N]``, ``lengths [...]``
-    (default N), ``projective``, ``single_root``; samples are ``heads [..., N]``."""
+    """As :class:`ppl_attention.pyro.trees.DependencyTree`: ``scores [..., N, N]``,
+    ``lengths [...]`` (default N), ``projective``, ``single_root``; samples are
+    ``heads [..., N]``."""
 
     arg_constraints: dict = {}
     has_enumerate_support = True
@@ -332,11 +334,13 @@ def kl_dependency_tree(p, q):
 
 
 def tree_posterior(prior: DependencyTree, emission) -> DependencyTree:
-    """p(z | x, y) = the tree of θ + φ (:func:`ppl_attention.trees.tree_posterior`)."""
+    """p(z | x, y) = the tree of θ + φ (:func:`ppl_attention.pyro.trees.tree_posterior`)."""
     return DependencyTree(prior.theta + emission, prior.lengths, projective=prior.projective,
                           single_root=prior.single_root)
 
 
+
 def tree_log_likelihood(prior: DependencyTree, emission):
-    """log p(y | x) = log Z(θ + φ) − log Z(θ) (:func:`ppl_attention.trees.tree_log_likelihood`)."""
+    """log p(y | x) = log Z(θ + φ) − log Z(θ)
+    (:func:`ppl_attention.pyro.trees.tree_log_likelihood`)."""
     return tree_posterior(prior, emission).log_partition - prior.log_partition

@@ -14,7 +14,7 @@ from pyro import poutine
 from torch import nn
 
 import ppl_attention as pa
-from ppl_attention.trees import heads_to_arcs, tree_log_likelihood
+from ppl_attention.pyro.trees import heads_to_arcs, tree_log_likelihood
 
 
 class HeadLabeller(pa.models.AlignmentModel):

@@ -1,12 +1,13 @@
-"""The NumPyro backend's side of the tools (see :mod:`ppl_attention.backends`): a NumPyro model
+"""The NumPyro backend's side of the tools (see :mod:`ppl_attention.common.backends`): a NumPyro
+model
 (:mod:`ppl_attention.numpyro.models.base`) runs here as it is; a Pyro model through the NumPyro
 twin its class declares (``numpyro_twin``)."""
 
 from __future__ import annotations
 
-from ...contract import declared, global_latents
-from ...errors import UserError
-from ...importance import check_importance
+from ...common.contract import declared, global_latents
+from ...common.importance_weights import check_importance
+from ...core.errors import UserError
 from ..models.base import is_numpyro_model
 from .bayes import check_options as check_global_options
 from .bayes import fit_global, global_report
@@ -55,7 +56,7 @@ def extra_report(run, seed: int = 0):
 def check(model_class, method: str) -> None:
     """Refuse, before any work, a Pyro model without a NumPyro twin, a method NumPyro lacks, a
     method for global latents on a model without them (or the other way round)."""
-    from ...core.global_methods import global_method, global_methods_for, is_global_method
+    from ...core.global_method_specs import global_method, global_methods_for, is_global_method
 
     if declared(model_class, "backend") != "numpyro":
         twin_class(model_class)
@@ -92,7 +93,7 @@ def check_run(run) -> None:
 def method_family(method: str, model_class=None):
     """A fresh NumPyro family of ``method`` (what a NumPyro model is built with); for a method
     of global latents, the first family the model declares (its alignment is summed out)."""
-    from ...core.global_methods import is_global_method
+    from ...core.global_method_specs import is_global_method
     from ..families import make_family
 
     if is_global_method(method):
@@ -111,7 +112,7 @@ def preflight(model_class, methods, exp) -> None:
     import jax
 
     from ...data.kinds import data_kind
-    from ..batching import to_jax
+    from ..jax_batches import to_jax
     from ..models import base
 
     kind = data_kind(declared(model_class, "data"))

@@ -1,4 +1,4 @@
-"""The methods for global latent variables (:mod:`ppl_attention.core.global_methods`) under
+"""The methods for global latent variables (:mod:`ppl_attention.core.global_method_specs`) under
 NumPyro: NUTS / HMC with several chains, or SVI with an autoguide over the globals, on the
 whole training set at once, the alignment summed out by enumeration inside the model
 (``enumerate_z=True``; NumPyro's funsor enumeration). A run holds the posterior draws of the
@@ -25,14 +25,14 @@ import optax
 from numpyro import handlers
 from numpyro.infer import HMC, MCMC, NUTS, SVI, Predictive, TraceEnum_ELBO, autoguide
 
-from ... import arviz_api
-from ...contract import declared, global_latents
-from ...core.global_methods import global_method
+from ...common import arviz_api
+from ...common.contract import declared, global_latents
+from ...common.runs import Run
+from ...core.errors import UserError
+from ...core.global_method_specs import global_method
 from ...core.training import training_options
 from ...data.batching import as_numpy
-from ...errors import UserError
-from ...runs import Run
-from ..batching import JaxBatch, to_jax
+from ..jax_batches import JaxBatch, to_jax
 from ..models.base import posterior_given, token_log_likelihood_given
 from .cache import enable_compilation_cache
 
@@ -259,7 +259,7 @@ def convergence_note(method: str, diag: dict) -> str | None:
 def global_report(run, batches, gold=None) -> dict:
     """The report of a global-latent run on ``batches``: the posterior-predictive NLL/token,
     AER of the posterior-averaged marginals' argmax (with gold), MCMC's diagnostics, seconds."""
-    from ...metrics import aer
+    from ...common.metrics import aer
 
     preds = _predictive(run, batches)
     n_tokens = sum(b.n_tokens for b in batches)

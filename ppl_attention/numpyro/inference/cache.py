@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jax
 
-from ...errors import UserError
+from ...core.errors import UserError
 
 __all__ = ["CACHE_ENV", "default_cache_dir", "enable_compilation_cache", "PersistentStep",
            "code_fingerprint"]

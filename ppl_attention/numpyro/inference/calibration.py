@@ -1,4 +1,4 @@
-"""The NumPyro side of :mod:`ppl_attention.analysis.calibration`: a NumPyro model's simulations
+"""The NumPyro side of :mod:`ppl_attention.analysis.sbc`: a NumPyro model's simulations
 (:func:`ppl_attention.numpyro.models.base.simulate`) and its guide's draws for one batch, as the
 same numpy arrays the Pyro side gives."""
 
@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
-from ...contract import capabilities, declared
-from ...core.methods import guide_posterior as _guide_posterior
-from ...core.methods import method_spec as get_method
+from ...common.contract import capabilities, declared
+from ...core.method_specs import guide_posterior as _guide_posterior
+from ...core.method_specs import method_spec as get_method
 from ...core.records import recording
-from ..batching import to_jax
+from ..jax_batches import to_jax
 from ..models.base import exact_posterior, simulate, substitute_params
 from .evaluate import MULTIPLE, jitted, model_and_params
 
@@ -24,11 +24,11 @@ __all__ = ["calibration_arrays", "calibration_probs", "distortion"]
 
 def distortion(kind: str, factor: float):
     """A planted miscalibration of a guide site's NumPyro distribution (the NumPyro side of
-    :func:`ppl_attention.analysis.calibration.planted`): ``"logits"`` multiplies a categorical
+    :func:`ppl_attention.analysis.sbc.planted`): ``"logits"`` multiplies a categorical
     q's logits by ``factor``, ``"concentration"`` a Dirichlet q's concentration."""
     from numpyro.distributions import MaskedDistribution
 
-    from ...errors import UserError
+    from ...core.errors import UserError
     from ..distributions import MaskedDirichlet
     from ..trees import DependencyTree
 
@@ -92,7 +92,7 @@ def _exact(model):
 
 def calibration_arrays(run, batch, draws: int, seed: int, distort=None,
                        importance: dict | None = None) -> dict:
-    """As :func:`ppl_attention.inference.calibration.calibration_arrays`, under NumPyro."""
+    """As :func:`ppl_attention.pyro.inference.calibration.calibration_arrays`, under NumPyro."""
     out = _arrays(run, batch, draws, seed, distort)
     if importance is not None:  # the guide's K draws on the simulated targets, to be weighed
         from .importance import crop, padded_arrays
@@ -197,7 +197,7 @@ def _tree_arrays(model, params, m, sim, value, draws, key, distort, B, S) -> dic
 
 
 def calibration_probs(run, batch) -> dict:
-    """As :func:`ppl_attention.inference.calibration.calibration_probs`, under NumPyro."""
+    """As :func:`ppl_attention.pyro.inference.calibration.calibration_probs`, under NumPyro."""
     jb = to_jax(batch, None, MULTIPLE)
     model, params = model_and_params(run, jb)
     m = get_method(run.method)

@@ -1,6 +1,7 @@
 """Decoding under NumPyro: the stepper of a model with the ``predictive`` capability — a
 NumPyro model's own members, or the twin of a Pyro model on its weights — for the search of
-:mod:`ppl_attention.decoding` (the same search as under Pyro, so greedy output and beam scores
+:mod:`ppl_attention.common.decoding` (the same search as under Pyro, so greedy output and beam
+scores
 agree on twin weights)."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...core.errors import MissingCapability
 from ...data.batching import collate
-from ...errors import MissingCapability
-from ..batching import to_jax
+from ..jax_batches import to_jax
 from .evaluate import model_and_params
 
 __all__ = ["JaxStepper", "stepper"]

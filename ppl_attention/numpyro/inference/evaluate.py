@@ -1,4 +1,4 @@
-"""Evaluation under NumPyro: the quantities of :mod:`ppl_attention.inference.evaluate` — exact
+"""Evaluation under NumPyro: the quantities of :mod:`ppl_attention.pyro.inference.evaluate` — exact
 NLL/token where the model has the ``exact-likelihood`` capability, an IWAE-K bound otherwise,
 ELBO/token, MAP alignments — computed through the NumPyro contract alone, jitted, for a NumPyro
 model's run (its param map) or a Pyro model's run through its NumPyro twin (the weights moved by
@@ -15,12 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
-from ...contract import capabilities, declared
+from ...common.contract import capabilities, declared
+from ...core.errors import UserError
 from ...core.links import links_from_positions
-from ...core.methods import guide_posterior as _guide_posterior
+from ...core.method_specs import guide_posterior as _guide_posterior
 from ...core.records import recording
-from ...errors import UserError
-from ..batching import to_jax
+from ..jax_batches import to_jax
 from ..models.base import exact_posterior, exact_token_log_likelihood, is_numpyro_model
 from ..traces import replay, site_log_prob
 from .cache import enable_compilation_cache

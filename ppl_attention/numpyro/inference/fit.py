@@ -1,4 +1,4 @@
-"""Training under NumPyro: the loop of :func:`ppl_attention.inference.fit` — the same batch
+"""Training under NumPyro: the loop of :func:`ppl_attention.pyro.inference.fit` — the same batch
 order, the model's training defaults, the lr schedules and KL annealing of
 :mod:`ppl_attention.core.schedules`, validation with the best weights kept, periodic
 checkpoints and ``--resume`` with the identical next loss — with the whole SVI step under
@@ -7,11 +7,11 @@ Adam; the learning rate of the step multiplies Adam's update, as torch's Adam ap
 
 It trains a NumPyro model (:mod:`ppl_attention.numpyro.models.base`: parameters found from its
 programs) or the NumPyro twin of a Pyro model (weights moved by name,
-:mod:`.twins`), and returns a :class:`~ppl_attention.inference.run.Run`: for a NumPyro model its
+:mod:`.twins`), and returns a :class:`~ppl_attention.common.runs.Run`: for a NumPyro model its
 param map (``run.params``), for a twin the Pyro model holding the trained weights — so a twin's
 run is evaluated by either backend.
 
-XLA compiles the step once per padded batch shape (:mod:`ppl_attention.numpyro.batching`);
+XLA compiles the step once per padded batch shape (:mod:`ppl_attention.numpyro.jax_batches`);
 JAX's persistent compilation cache (:func:`enable_compilation_cache`) keeps the compiled steps
 between runs, so another seed, a resume or the next job of a sweep loads them instead.
 """
@@ -27,16 +27,16 @@ import numpy as np
 import optax
 from numpyro import handlers
 
-from ...contract import check_method, declared
+from ...common.contract import check_method, declared
+from ...common.runs import Run
 from ...core import jsonio
 from ...core.divergence import Diverged, check_figure, check_step, hint
+from ...core.errors import UserError
 from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...core.training import check_resume_steps, training_options
 from ...data.kinds import data_kind
-from ...errors import UserError
-from ...runs import Run
-from ..batching import to_jax
+from ..jax_batches import to_jax
 from ..models.base import (
     constrain,
     exact_token_log_likelihood,
@@ -206,7 +206,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         checkpoint_every: int | None = None, devices: int = 1, kl_weight: float | None = None,
         anneal_rho: float | None = None, weight_decay: float | None = None,
         model_spec: str | None = None) -> Run:
-    """As :func:`ppl_attention.inference.fit`, under NumPyro. ``model``: a NumPyro model (its
+    """As :func:`ppl_attention.pyro.inference.fit`, under NumPyro. ``model``: a NumPyro model (its
     parameters initialised from the key of ``seed`` by running its programs) or a Pyro model
     whose class declares a NumPyro twin (the twin trains from the Pyro model's weights).
     ``resume``: a run loaded with ``which="last"`` — its weights, optimizer state and step;

@@ -1,5 +1,5 @@
 """The importance-corrected posterior under NumPyro: the arrays of
-:func:`ppl_attention.inference.importance.importance_arrays` (the same maths), K draws of the
+:func:`ppl_attention.pyro.inference.importance.importance_arrays` (the same maths), K draws of the
 guide by one jitted, vmapped function."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
-from ...contract import declared
-from ...core.methods import guide_posterior
+from ...common.contract import declared
+from ...core.errors import UserError
+from ...core.method_specs import guide_posterior
 from ...core.records import recording
-from ...errors import UserError
-from ..batching import to_jax
+from ..jax_batches import to_jax
 from ..traces import replay, site_log_prob
 from .evaluate import MULTIPLE, _per_pair, model_and_params
 

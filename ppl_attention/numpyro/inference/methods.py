@@ -1,5 +1,5 @@
 """The methods registry for NumPyro, built from the same specs as the Pyro one
-(:mod:`ppl_attention.core.methods`): the same names, families, guides, enumeration and KL
+(:mod:`ppl_attention.core.method_specs`): the same names, families, guides, enumeration and KL
 annealing; the ELBO class is mapped to NumPyro's.
 
 Two gaps of NumPyro are filled here with the same maths as Pyro computes:
@@ -46,9 +46,9 @@ from numpyro import handlers
 from numpyro.distributions.kl import kl_divergence
 from numpyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceMeanField_ELBO
 
-from ...core.methods import METHOD_SPECS, MethodSpec, method_spec
+from ...core.errors import UserError
+from ...core.method_specs import METHOD_SPECS, MethodSpec, method_spec
 from ...core.schedules import kl_annealing
-from ...errors import UserError
 from ..families import Family, make_family
 from ..traces import replay, site_log_prob
 
@@ -64,7 +64,7 @@ NOT_MIRRORED = {"ReweightedWakeSleep": "NumPyro has no reweighted wake-sleep"}
 
 @dataclass(frozen=True)
 class Method:
-    """A :class:`~ppl_attention.core.methods.MethodSpec` seen from NumPyro (every spec field
+    """A :class:`~ppl_attention.core.method_specs.MethodSpec` seen from NumPyro (every spec field
     readable here)."""
 
     spec: MethodSpec
@@ -213,7 +213,7 @@ def _per_pair(x, B: int):
 
 def score_function_kl_loss(rng_key, params, model, guide, batch, baseline, site: str = "align"):
     """(surrogate loss, −ELBO) of Pyro's ``ScoreFunctionKL_ELBO``
-    (:mod:`ppl_attention.inference.elbo`, same maths): ELBO = log p(y | z) − KL(q ‖ p) with the
+    (:mod:`ppl_attention.pyro.inference.elbo`, same maths): ELBO = log p(y | z) − KL(q ‖ p) with the
     closed-form KL of the site ``site``; surrogate adds stop_grad(r_b − b_b)·log q(z_b) per pair,
     r_b the pair's log p(y_b | z), b_b its baseline (per token ``[B, T]`` summed, or 0)."""
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)

@@ -15,12 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
-from ...contract import capabilities, declared
-from ...core.methods import guide_posterior as _guide_posterior
-from ...core.methods import method_spec as get_method
+from ...common.contract import capabilities, declared
+from ...core.errors import UserError
+from ...core.method_specs import guide_posterior as _guide_posterior
+from ...core.method_specs import method_spec as get_method
 from ...core.records import recording
-from ...errors import UserError
-from ..batching import to_jax
+from ..jax_batches import to_jax
 from ..models.base import (
     exact_posterior,
     exact_token_log_likelihood,
@@ -131,7 +131,7 @@ def _arrays_fn(model, K: int, post: str, kind: str, with_q: bool):
 
 
 def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
-    """As :func:`ppl_attention.inference.posterior.alignment_arrays`, under NumPyro:
+    """As :func:`ppl_attention.pyro.inference.posterior.alignment_arrays`, under NumPyro:
     ``prior`` [B, T, S] or None, ``exact`` or None, ``posterior`` draws [K, B, T, S], ``q`` or
     None, ``log_lik`` [K, B, T], ``prior_draws`` [K, B, T, S] (numpy)."""
     jb = to_jax(batch, None, MULTIPLE)

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...contract import declared
-from ...errors import UserError
+from ...common.contract import declared
+from ...core.errors import UserError
 from ..models.base import init_params
 
 __all__ = ["twin_class", "parameter_pairs", "params_from_torch", "state_dict_from_params",

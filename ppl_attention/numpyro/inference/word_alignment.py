@@ -32,8 +32,8 @@ import numpy as np
 from numpyro.infer import MCMC
 from numpyro.infer.mcmc import MCMCKernel
 
+from ...core.errors import UserError
 from ...core.progress import progress_bar
-from ...errors import UserError
 from .. import aligners as al
 from .cache import enable_compilation_cache
 
@@ -253,7 +253,7 @@ def link_rhat(track: np.ndarray) -> dict:
     left out — their R-hat is undefined, and they have converged to one link; a word constant
     within each chain but not across them has R-hat ∞). ``share_rhat_ok``: the tracked words
     whose link has R-hat ≤ 1.01 (the constant ones included)."""
-    from ... import arviz_api
+    from ...common import arviz_api
 
     C, D, n = track.shape
     rows = []

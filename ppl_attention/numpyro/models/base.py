@@ -1,6 +1,6 @@
 """The NumPyro model contract: a model written in NumPyro alone gets every inference method and
 every tool — ``train`` (resume included), ``compare``, ``sweep``, ``evaluate``, ``align``,
-``analyze``, ``diagnose`` — the sibling of the Pyro contract (:mod:`ppl_attention.models.base`)
+``analyze``, ``diagnose`` — the sibling of the Pyro contract (:mod:`ppl_attention.pyro.models.base`)
 with the same declarations, switches, site layout and capabilities (docs/architecture.md).
 
 A model is a plain Python class; subclass :class:`AlignmentModel` for the defaults. Its programs
@@ -12,7 +12,7 @@ PRNG key, as NumPyro's own examples write them — or through ``numpyro.contrib.
 ``SVI.init`` does; a *param map* is the dict ``{site name: value}`` (a value may be a pytree),
 and every tool runs a program under ``handlers.substitute(data=params)``.
 
-Shapes are those of the data: a pairs batch (:class:`~ppl_attention.numpyro.batching.JaxBatch`)
+Shapes are those of the data: a pairs batch (:class:`~ppl_attention.numpyro.jax_batches.JaxBatch`)
 has ``src [B, S]`` int32, ``src_mask [B, S]`` bool, ``tgt_in [B, T]``, ``tgt_out [B, T]``,
 ``tgt_mask [B, T]``; batches are padded to bucket shapes (padded rows have no target tokens and
 one unmasked source position), so every number must respect the masks.
@@ -58,9 +58,16 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.distributions import biject_to, constraints
 
-from ...contract import CAPABILITIES, RecordsConfig, capabilities, check_shape, declared, require
-from ...core.methods import POSTERIORS
-from ...errors import MissingCapability, UserError
+from ...common.contract import (
+    CAPABILITIES,
+    RecordsConfig,
+    capabilities,
+    check_shape,
+    declared,
+    require,
+)
+from ...core.errors import MissingCapability, UserError
+from ...core.method_specs import POSTERIORS
 from ..traces import site_log_prob
 
 __all__ = ["AlignmentModel", "init_params", "constrain", "unconstrain", "call",

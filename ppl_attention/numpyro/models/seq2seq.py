@@ -1,4 +1,4 @@
-"""Seq2SeqAlignment for NumPyro: the model of :mod:`ppl_attention.models.seq2seq` (read its
+"""Seq2SeqAlignment for NumPyro: the model of :mod:`ppl_attention.pyro.models.seq2seq` (read its
 docstring for the maths), as pure JAX functions of a parameter dict keyed like the torch model's
 ``state_dict()``, and the same ``model``/``guide`` programs with the site ``"align"``.
 
@@ -23,8 +23,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ...core.errors import UserError
 from ...core.numerics import LOG_ZERO
-from ...errors import UserError
 from ..attend import attend
 from ..families import (
     FAMILIES,

@@ -1,4 +1,4 @@
-"""AttentionSeqVAE for NumPyro: the model of :mod:`ppl_attention.models.seq_vae` (read its
+"""AttentionSeqVAE for NumPyro: the model of :mod:`ppl_attention.pyro.models.seq_vae` (read its
 docstring for the maths), the Pyro model's declared twin (``numpyro_twin``; ``ppl-attention
 check-twin seq-vae ppl_attention.numpyro.models.seq_vae:AttentionSeqVAE --task reorder``).
 
@@ -30,8 +30,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
-from ...core.seq_vae import ANNEALING, OPTION_HELP, check_family, check_options
-from ...errors import UserError
+from ...core.errors import UserError
+from ...core.seq_vae_options import ANNEALING, OPTION_HELP, check_family, check_options
 from ..attend import attend
 from ..families import Family, from_torch_family, make_family
 from ..nn import (

@@ -1,0 +1,32 @@
+"""The backends a model runs under, by name: ``pyro`` (torch) and ``numpyro`` (JAX, the mirror).
+
+Each entry is the module that implements the backend's side of the tools — ``check(model_class,
+method)`` (refuse before any work), ``check_run(run)``, ``fit``, ``nll_per_token``,
+``elbo_per_token``, ``alignment_links`` — imported when first asked for, so that the package
+works without the optional ``numpyro`` extra and no lower floor imports the mirror.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..core.errors import UserError
+
+__all__ = ["BACKENDS", "get_backend"]
+
+BACKENDS = {"pyro": "ppl_attention.pyro.inference.backend",
+            "numpyro": "ppl_attention.numpyro.inference.backend"}
+
+_EXTRAS = {"numpyro": "numpyro"}
+
+
+def get_backend(name: str):
+    """The backend module ``name``; a clear error when it is unknown or its extra is missing."""
+    if name not in BACKENDS:
+        raise UserError(f"unknown backend {name!r}; valid: {', '.join(BACKENDS)}")
+    try:
+        return importlib.import_module(BACKENDS[name])
+    except ImportError as e:
+        extra = _EXTRAS.get(name)
+        raise UserError(f"--backend {name} needs the {extra!r} extra: pip install -e "
+                        f"'.[{extra}]' ({e})") from None

@@ -1,0 +1,146 @@
+"""Pure metrics on plain data (no torch, no Pyro): AER, WER/PER, and the uncertainty metrics of
+stochastic-attention classifiers.
+
+Uncertainty (Fan et al. 2020, §5):
+
+- ``ece``: expected calibration error, Σ_m |B_m|/n · |acc(B_m) − conf(B_m)| over ``bins``
+  equal-width confidence bins of the predictive distribution's top probability (Guo et al. 2017);
+- ``pavpu``: patch accuracy vs patch uncertainty (Mukhoti & Gal 2018) as BAM computes it: an
+  example is *certain* when a two-sample t-test between the Monte Carlo draws of its top-two
+  classes' probabilities rejects equality at level ``threshold`` (p < threshold), and
+
+      PAvPU = (n_accurate-certain + n_inaccurate-uncertain) / n.
+
+Shapes: ``probs`` ``[S, N, C]`` — S posterior draws of the class probabilities of N examples
+(S = 1 gives no test: every example counts as certain); ``labels`` ``[N]``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..core.errors import UserError
+
+Links = set[tuple[int, int]]
+
+
+def aer(predicted: list[Links], sure: list[Links], possible: list[Links] | None = None) -> float:
+    """Alignment error rate (Och & Ney 2003): 1 − (|A∩S| + |A∩P|) / (|A| + |S|), P ⊇ S.
+
+    With no separate possible links (P = S) this is 1 − 2|A∩S| / (|A| + |S|).
+    """
+    if len(predicted) != len(sure):
+        raise UserError(f"{len(predicted)} predicted alignments but {len(sure)} gold ones")
+    possible = possible or sure
+    a_s = a_p = n_a = n_s = 0
+    for a, s, p in zip(predicted, sure, possible):
+        a_s += len(a & s)
+        a_p += len(a & (p | s))
+        n_a += len(a)
+        n_s += len(s)
+    if n_a + n_s == 0:
+        return 0.0
+    return 1.0 - (a_s + a_p) / (n_a + n_s)
+
+
+def alignment_scores(predicted: list[Links], sure: list[Links],
+                     possible: list[Links] | None = None) -> dict:
+    """AER (:func:`aer`), precision |A∩P| / |A| and recall |A∩S| / |S| of the first
+    ``len(sure)`` predicted alignments (the gold of a corpus's first lines)."""
+    possible = possible or sure
+    predicted = predicted[:len(sure)]
+    a_s = sum(len(a & s) for a, s in zip(predicted, sure))
+    a_p = sum(len(a & (p | s)) for a, s, p in zip(predicted, sure, possible))
+    n_a, n_s = sum(map(len, predicted)), sum(map(len, sure))
+    return {"aer": aer(predicted, sure, possible), "precision": a_p / n_a if n_a else 0.0,
+            "recall": a_s / n_s if n_s else 0.0}
+
+
+def edit_distance(a: list, b: list) -> int:
+    """Levenshtein distance between two token sequences (unit costs)."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def wer_per(hypotheses: dict[str, list[str]], references: dict[str, list[list[str]]]
+            ) -> tuple[float, float]:
+    """Word error rate and phone error rate over the words of ``hypotheses``.
+
+    A word is correct when its hypothesis equals any of its reference pronunciations; PER is
+    Σ_w min_r edit(h_w, r) / Σ_w |r*_w| with r*_w the closest reference (ties: the shorter).
+    """
+    if not hypotheses:
+        raise UserError("no hypotheses to score")
+    wrong, edits, length = 0, 0, 0
+    for word, hyp in hypotheses.items():
+        refs = references.get(word)
+        if not refs:
+            raise UserError(f"no reference pronunciation for {word!r}")
+        wrong += hyp not in refs
+        d, n = min((edit_distance(hyp, r), len(r)) for r in refs)
+        edits += d
+        length += n
+    return wrong / len(hypotheses), edits / max(1, length)
+
+PAVPU_THRESHOLDS = (0.01, 0.05, 0.1)
+
+
+def _check(probs, labels):
+    probs, labels = np.asarray(probs, float), np.asarray(labels)
+    if probs.ndim != 3:
+        raise UserError(f"probs must be [draws, examples, classes], got shape {probs.shape}")
+    if labels.shape != probs.shape[1:2]:
+        raise UserError(f"labels {labels.shape} do not match {probs.shape[1]} examples")
+    if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[2]):
+        raise UserError(f"labels must lie in [0, {probs.shape[2]}), got {labels.min()}.."
+                         f"{labels.max()}")
+    return probs, labels
+
+
+def expected_calibration_error(probs, labels, bins: int = 15) -> float:
+    """ECE of the predictive mean over draws (``probs [S, N, C]`` or ``[N, C]``)."""
+    probs = np.asarray(probs, float)
+    if probs.ndim == 2:
+        probs = probs[None]
+    probs, labels = _check(probs, labels)
+    mean = probs.mean(0)
+    conf, pred = mean.max(-1), mean.argmax(-1)
+    correct = pred == labels
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    ece = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = (conf > lo) & (conf <= hi) if lo > 0 else (conf >= lo) & (conf <= hi)
+        if inside.any():
+            ece += inside.mean() * abs(correct[inside].mean() - conf[inside].mean())
+    return float(ece)
+
+
+def pavpu(probs, labels, threshold: float = 0.05) -> float:
+    """PAvPU at t-test level ``threshold`` (module docstring)."""
+    from scipy.stats import ttest_ind
+
+    probs, labels = _check(probs, labels)
+    mean = probs.mean(0)
+    pred = mean.argmax(-1)
+    accurate = pred == labels
+    if probs.shape[0] < 2:
+        certain = np.ones_like(accurate)
+    else:
+        top2 = np.argsort(mean, -1)[:, -2:]  # [N, 2], second best then best
+        n = np.arange(probs.shape[1])
+        a, b = probs[:, n, top2[:, 1]], probs[:, n, top2[:, 0]]  # [S, N]
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # identical draws: handled below
+            p = ttest_ind(a, b, axis=0).pvalue
+        # identical draws (zero variance): equal means are not rejected unless they differ
+        p = np.where(np.isnan(p), np.where(a.mean(0) != b.mean(0), 0.0, 1.0), p)
+        certain = p < threshold
+    good = (accurate & certain) | (~accurate & ~certain)
+    return float(good.mean())

@@ -1,0 +1,157 @@
+"""What each alignment family *is*, declared once for both backends: its traits (what a tool may
+do with it) and its parameters with their defaults and checks.
+
+Traits:
+
+- ``enumerable``: the site has finite support over source positions; exact marginalization by
+  enumeration (``TraceEnum_ELBO``) and exact posteriors exist;
+- ``deterministic``: nothing is sampled (the weights are a function of the scores); the
+  likelihood is exact;
+- ``reparameterized``: draws are differentiable in the parameters (pathwise gradients);
+- ``normalizes``: the site value is an unnormalized S ≥ 0 and the attention is S / Σ S (BAM);
+- ``markov``: z_t depends on z_{t−1} — a chain, which a model must write as sequential sites
+  (``attend`` cannot sample it); only models that declare the family support it;
+- ``latent_context``: the site's value is the context vector itself (its attention weights
+  are the deterministic soft ones), not a position or a point on the simplex;
+- ``tree``: the site is a dependency tree over the source positions (heads ``[..., S]``, a
+  :class:`~ppl_attention.pyro.trees.DependencyTree`), one per sentence, and the attention reads each
+  source word with its parent and children in the tree; its scores are arc scores
+  ``[..., S, S]`` and the query's word scores come as ``attention=``.
+
+Tools and models read these attributes (``family.enumerable`` …); nothing checks a family's
+name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .checks import check_bool, check_choice, check_int, check_positive
+from .errors import UserError
+
+
+def _positive(name):
+    return lambda v: check_positive(name, v)
+
+
+def _int(name, minimum):
+    return lambda v: check_int(name, v, minimum)
+
+
+def _bool(name):
+    return lambda v: check_bool(name, v)
+
+
+def _choice(name, choices):
+    return lambda v: check_choice(name, v, choices)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """A family's name, traits and parameters ``{name: (default, check)}``."""
+
+    name: str
+    enumerable: bool = False
+    deterministic: bool = False
+    reparameterized: bool = False
+    normalizes: bool = False
+    markov: bool = False
+    latent_context: bool = False
+    tree: bool = False
+    params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
+    #: what is known to make training with this family diverge, and what to try (the
+    #: divergence message of a run quotes it)
+    instability: str = ""
+    #: what the alignment site's value is, with its shape (the contract's table)
+    value: str = ""
+    #: what ``model(batch, enumerate_z=True)`` must do for this family (the contract's table)
+    enumerated: str = "never asked: no method of this family enumerates"
+
+    def validate(self, **kwargs) -> dict:
+        """The family's full configuration: every parameter checked, defaults filled in."""
+        unknown = sorted(set(kwargs) - set(self.params))
+        if unknown:
+            raise UserError(f"family {self.name!r} has no parameter {unknown[0]!r}; its "
+                            f"parameters: {', '.join(self.params) or 'none'}")
+        out = {}
+        for key, (default, check) in self.params.items():
+            out[key] = check(kwargs.get(key, default))
+        return out
+
+    @property
+    def traits(self) -> dict[str, bool]:
+        return {k: getattr(self, k) for k in ("enumerable", "deterministic", "reparameterized",
+                                              "normalizes", "markov", "latent_context", "tree")}
+
+
+_BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
+        "d_mid": (10, _int("d_mid", 1))}
+
+_TREE = {"projective": (True, _bool("projective")), "single_root": (True, _bool("single_root"))}
+
+FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
+    FamilySpec("soft", deterministic=True,
+               value="none: the weights softmax(scores) [B, T, S], context weights @ values"),
+    FamilySpec("categorical", enumerable=True,
+               value="a source position z_t [B, T] (int); the context values[z_t] [..., B, T, dv]",
+               enumerated="write the site with infer={'enumerate': 'parallel'} and no target_mask: "
+               "its values broadcast on a new left dim [S, 1, 1] through everything after it",
+               instability="a sampled categorical guide's score-function gradient has high "
+               "variance (hard-sample, vae-sample): lower --lr or --clip, or enumerate "
+               "(hard-enum, vae-enum)"),
+    FamilySpec("relaxed-categorical", reparameterized=True,
+               value="a point of the simplex [B, T, S] (0 on masked positions)",
+               params={"temperature": (0.5, _positive("temperature"))},
+               instability="a low temperature makes the Concrete densities very peaked: raise "
+               "the temperature or lower --lr"),
+    FamilySpec("dirichlet", reparameterized=True,
+               value="a point of the simplex [B, T, S] (0 on masked positions)",
+               params={"concentration": (1.0, _positive("concentration")),
+                       "eps": (1e-3, _positive("eps"))},
+               instability="q's concentrations fall to eps as its scores spread, where the "
+               "Gamma draws and their gradients are extreme: lower --lr or --clip"),
+    FamilySpec("weibull", reparameterized=True, normalizes=True,
+               value="unnormalized weights S [B, T, S] > 0; attention S / Σ S",
+               params={"k": (10.0, _positive("k")), "beta": (1.0, _positive("beta")), **_BAM},
+               instability="a large k makes the Weibull nearly deterministic and its KL to the "
+               "Gamma prior steep: lower --lr, or anneal the KL longer (--anneal-rho)"),
+    FamilySpec("lognormal", reparameterized=True, normalizes=True,
+               value="unnormalized weights S [B, T, S] > 0; attention S / Σ S",
+               params={"sigma": (0.5, _positive("sigma")),
+                       "prior_sigma": (1.0, _positive("prior_sigma")), **_BAM},
+               instability="a small sigma makes the LogNormal KL steep: lower --lr, or anneal "
+               "the KL longer (--anneal-rho)"),
+    FamilySpec("gaussian-context", reparameterized=True, latent_context=True,
+               value="the context vector c [B, T, dv] itself (weights: the soft ones)",
+               params={"prior": ("values-mean", _choice("prior", ("zero", "values-mean", "soft"))),
+                       "prior_scale": (1.0, _positive("prior_scale")),
+                       "posterior_scale": (0.1, _positive("posterior_scale"))}),
+    FamilySpec("markov-categorical", enumerable=True, markov=True,
+               value="a monotonic chain of positions z_1..T (written by the model through "
+               "MonotonicAlignment, not by attend)",
+               enumerated="sum the chain out exactly (MonotonicAlignment.log_partition as a "
+               "factor): hmm-exact",
+               params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
+    FamilySpec("segment-crf", deterministic=True,
+               value="none: a binary CRF's marginals as weights [B, T, S]"),
+    FamilySpec("tree", tree=True, params=_TREE,
+               value="a dependency tree, heads [B, 1, S] (one per sentence, outside the target "
+               "plate) or [B, T, S] (one per query); the context reads each word with its "
+               "parent and children, [B, T, 3·dv]",
+               enumerated="sum the tree out itself where the emission factors over arcs: a "
+               "factor of pa.trees.tree_log_likelihood(prior, arc_emission_scores(batch)) under "
+               "the batch plate, nothing sampled (tree-exact)",
+               instability="a sampled tree's score-function gradient has high variance: lower "
+               "--lr or --clip"),
+    FamilySpec("tree-marginals", tree=True, deterministic=True, params=_TREE,
+               value="none: the arc marginals [B, 1 or T, S, S]; the context is their "
+               "expectation, [B, T, 3·dv]"),
+]}
+
+
+def family_spec(name: str) -> FamilySpec:
+    try:
+        return FAMILY_SPECS[name]
+    except KeyError:
+        raise UserError(f"unknown family {name!r}; valid: {', '.join(FAMILY_SPECS)}") from None

@@ -1,0 +1,113 @@
+"""``ScoreFunctionKL_ELBO``: the ELBO with every latent site's KL in closed form and the
+score-function (REINFORCE) gradient for the sites that cannot be reparameterized — what a latent
+dependency tree needs (method ``tree-sample``): its KL is exact (:func:`~ppl_attention.pyro.trees.
+kl_dependency_tree`), but no draw of a tree is differentiable.
+
+For guide sites z with distributions q and model sites with priors p, and observed sites y,
+
+    ELBO = E_q[log p(y | z)] − Σ_z KL(q(z) ‖ p(z)),
+
+    surrogate = log p(y | z) − Σ_z KL(q ‖ p) + Σ_z stop_grad(r_b − b_b) · log q(z_b),
+
+with r_b = log p(y_b | z) the pair's log-likelihood (each pair's draw is scored by its own
+pair: the batch plate) and b_b a baseline (``infer={"baseline": {"baseline_value": b}}`` on the
+guide site, per pair ``[B]`` or per token ``[B, T]``, summed per pair). The gradient of the
+surrogate is an unbiased estimate of the ELBO's: pathwise through log p(y | z) and the KL,
+REINFORCE for the draw. Pyro's TraceMeanField_ELBO takes the same closed-form KLs but refuses
+sites that are not reparameterized; TraceGraph_ELBO estimates the KL by sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+from pyro.distributions.util import scale_and_mask
+from pyro.infer import Trace_ELBO
+from pyro.poutine.util import site_is_subsample
+from torch.distributions import kl_divergence
+
+from ...core.errors import UserError
+
+__all__ = ["ScoreFunctionKL_ELBO"]
+
+
+def _batch_dim(trace) -> int | None:
+    for site in trace.nodes.values():
+        for frame in site.get("cond_indep_stack", ()):
+            if frame.name == "batch":
+                return frame.dim
+    return None
+
+
+def _per_pair(x: torch.Tensor, dim: int | None, B: int) -> torch.Tensor:
+    """Sum every dim of ``x`` right of the batch plate's ``dim``: ``[B]`` (all of it when the
+    trace has no batch plate)."""
+    if dim is None or x.dim() < -dim:
+        return (x.sum() / B).expand(B)
+    right = tuple(range(dim + 1, 0))
+    x = x.sum(right) if right else x
+    return x.reshape(-1, x.shape[-1]).sum(0).expand(B)
+
+
+class ScoreFunctionKL_ELBO(Trace_ELBO):
+    """The estimator of the module docstring (``num_particles`` averaged as Pyro's ELBOs)."""
+
+    def _terms(self, model_trace, guide_trace):
+        model_trace.compute_log_prob()
+        guide_trace.compute_score_parts()
+        dim = _batch_dim(model_trace)
+        B = 1
+        for site in model_trace.nodes.values():
+            for frame in site.get("cond_indep_stack", ()):
+                if frame.name == "batch":
+                    B = frame.size
+        elbo, reward, kl_total = 0.0, 0.0, 0.0
+        latent = [n for n, s in guide_trace.nodes.items()
+                  if s["type"] == "sample" and not s["is_observed"] and not site_is_subsample(s)]
+        for name, site in model_trace.nodes.items():
+            if site["type"] != "sample" or site_is_subsample(site):
+                continue
+            if name in latent:
+                g = guide_trace.nodes[name]
+                kl = scale_and_mask(kl_divergence(g["fn"], site["fn"]), site["scale"],
+                                    site["mask"])
+                kl_total = kl_total + kl.sum()
+            elif site["is_observed"]:
+                elbo = elbo + site["log_prob_sum"]
+                reward = reward + _per_pair(site["log_prob"], dim, B)
+            else:
+                raise UserError(f"site {name!r} is latent in the model but not in the guide")
+        surrogate = elbo - kl_total
+        for name in latent:
+            g = guide_trace.nodes[name]
+            if name not in model_trace.nodes:
+                raise UserError(f"guide site {name!r} is not in the model")
+            if g["fn"].has_rsample:
+                continue
+            score = _per_pair(g["score_parts"].score_function, dim, B)
+            b = g["infer"].get("baseline", {}).get("baseline_value")
+            b = 0.0 if b is None else torch.as_tensor(b)
+            if torch.is_tensor(b) and b.dim() >= 2:  # per token: the pair's sum
+                b = b.reshape(b.shape[0], -1).sum(-1)
+            surrogate = surrogate + ((reward - b).detach() * score).sum()
+        return elbo - kl_total, surrogate
+
+    def loss_and_surrogate(self, model, guide, *args, **kwargs):
+        """(−ELBO as a float, −surrogate to differentiate), averaged over the particles."""
+        value, surrogate = 0.0, 0.0
+        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            e, s = self._terms(model_trace, guide_trace)
+            value += float(torch.as_tensor(e).detach()) / self.num_particles
+            surrogate = surrogate + s / self.num_particles
+        return -value, -surrogate
+
+    def loss(self, model, guide, *args, **kwargs):
+        with torch.no_grad():
+            return self.loss_and_surrogate(model, guide, *args, **kwargs)[0]
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        return self.loss_and_surrogate(model, guide, *args, **kwargs)[1]
+
+    def loss_and_grads(self, model, guide, *args, **kwargs):
+        value, surrogate = self.loss_and_surrogate(model, guide, *args, **kwargs)
+        surrogate.backward()
+        return value

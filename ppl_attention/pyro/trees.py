@@ -1,0 +1,429 @@
+"""``DependencyTree``: a distribution over the dependency trees of a sentence (a latent syntactic
+structure), exact in everything it computes.
+
+Given log-potentials ``scores [..., N, N]`` — ``scores[..., h, m]`` the arc h → m (word h heads
+word m), the diagonal ``scores[..., m, m]`` the arc root → m, torch-struct's ``DependencyCRF``
+convention — and the sentence ``lengths [...]``, a tree z (a set of arcs in which every word has
+one head and every word reaches the root) has
+
+    p(z | θ) = exp(Σ_{(h→m) ∈ z} θ_hm) / Z(θ),     Z(θ) = Σ_z exp(Σ_{(h→m) ∈ z} θ_hm).
+
+A tree is written ``heads [..., N]``: ``heads[m] = h``, ``heads[m] = m`` for the root's child;
+words at or past a row's length belong to no tree and hold their own index.
+
+Two kinds of trees:
+
+- ``projective=True``: arcs do not cross. Z by Eisner's first-order inside recursion in the log
+  semiring (Eisner 1996), O(N³) work, one batched tensor operation per span width: for a span
+  s..t of width k the incomplete items (an arc between s and t over the best split) and the
+  complete items (a head with its finished half-subtrees),
+
+      I→[s,t] = I←[s,t] − θ_ts + θ_st = ⊕_{s≤r<t} C→[s,r] ⊗ C←[r+1,t] ⊗ θ_(st or ts),
+      C←[s,t] = ⊕_{s≤r<t} C←[s,r] ⊗ I←[r,t],     C→[s,t] = ⊕_{s<r≤t} I→[s,r] ⊗ C→[r,t];
+
+  with one root child (``single_root``) Z = ⊕_m C←[0,m] ⊗ C→[m,L−1] ⊗ θ_mm; with several, the
+  same recursion over the sentence with the root prepended, Z = C→[root, L−1].
+- ``projective=False``: every spanning arborescence. Z by the matrix-tree theorem (Koo, Globerson,
+  Carreras & Collins 2007): with A_hm = exp θ_hm (h ≠ m) and r_m = exp θ_mm, Z = det L̂ where
+  L̂ = diag(r + Σ_h A_h·) − A for several root children, and for one the Laplacian
+  diag(Σ_h A_h·) − A with its first row replaced by r. Each column is shifted by its largest
+  score first (every tree has exactly one arc into each word, so Z scales by exp Σ_m c_m): stable
+  in float32 at N = 64.
+
+Everything else follows from log Z, by automatic differentiation (no hand-written outside pass):
+arc marginals μ_hm = p((h→m) ∈ z) = ∂ log Z / ∂θ_hm (differentiable again: the deterministic
+structured attention of Kim et al. 2017 backpropagates through them), the entropy
+H = log Z − Σ μ θ, KL(p ‖ q) = Σ μ^p (θ^p − θ^q) − log Z_p + log Z_q. The MAP tree is the
+backward pass of the same recursion in the max-plus semiring (projective; Eisner's Viterbi), or
+Chu–Liu–Edmonds (non-projective, on the host). Exact draws: projective ones top-down through
+the inside chart — the backward pass of the recursion where each ⊕ node passes its incoming
+indicator to one child drawn in proportion to its weight (Gumbel-max); non-projective ones
+word by word from the exact marginals conditioned on the heads drawn so far.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pyro.distributions import TorchDistribution
+from torch.distributions import constraints, register_kl
+
+from ..core.errors import NonFiniteScores, UserError
+from ..core.heads import check_trees, chu_liu_edmonds, enumerate_trees
+from ..core.numerics import LOG_ZERO
+from .distributions import categorical_draws
+
+__all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
+           "tree_posterior", "FLOOR"]
+
+FLOOR = LOG_ZERO  # finite log 0 (as in MonotonicAlignment): no NaN in gradients
+
+
+def heads_to_arcs(heads: torch.Tensor, dtype=None) -> torch.Tensor:
+    """``heads [..., N]`` → arc indicators ``[..., N, N]`` (``[h, m]`` = 1 when h heads m; the
+    diagonal marks the root's child)."""
+    N = heads.shape[-1]
+    return F.one_hot(heads.long(), N).transpose(-1, -2).to(dtype or torch.get_default_dtype())
+
+
+def arcs_to_heads(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Arc indicators ``[..., N, N]`` → heads ``[..., N]`` (padded positions their own index)."""
+    N = arcs.shape[-1]
+    idx = torch.arange(N, device=arcs.device)
+    heads = arcs.argmax(-2)
+    return torch.where(idx < lengths.unsqueeze(-1), heads, idx.expand(heads.shape))
+
+
+# --- the semirings of the inside recursion ----------------------------------------------------
+
+class _SampleSelect(torch.autograd.Function):
+    """⊕ = log Σ exp forward; backward passes the incoming indicator to one child, drawn by
+    Gumbel-max in proportion to exp(child) (a top-down sample through the chart)."""
+
+    @staticmethod
+    def forward(ctx, x, noise):
+        ctx.save_for_backward(x, noise)
+        return x.logsumexp(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, noise = ctx.saved_tensors
+        pick = (x + noise).argmax(-1, keepdim=True)
+        return torch.zeros_like(x).scatter_(-1, pick, 1.0) * g.unsqueeze(-1), None
+
+
+class _MaxSelect(torch.autograd.Function):
+    """⊕ = max forward; backward passes the incoming indicator to the best child (Viterbi)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.max(-1).values
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        pick = x.argmax(-1, keepdim=True)
+        return torch.zeros_like(x).scatter_(-1, pick, 1.0) * g.unsqueeze(-1)
+
+
+def _gumbel(x: torch.Tensor) -> torch.Tensor:
+    tiny = torch.finfo(x.dtype).tiny
+    u = torch.rand_like(x).clamp(tiny, 1.0 - torch.finfo(x.dtype).eps)
+    return -torch.log(-torch.log(u))
+
+
+def _plus(semiring: str):
+    """⊕ over the last dim: log (marginals), sample (exact draws) or max (MAP)."""
+    if semiring == "log":
+        return lambda x: x.logsumexp(-1)
+    if semiring == "sample":
+        return lambda x: _SampleSelect.apply(x, _gumbel(x.detach()))
+    return _MaxSelect.apply
+
+
+def _eisner_chart(theta: torch.Tensor, semiring: str):
+    """The complete items of Eisner's recursion over ``theta [..., n, n]``: C← by start
+    ``[..., n(s), n(width)]`` and C→ by end ``[..., n(t), n(width)]``. Each chart is kept
+    indexed by span start (``…_s``) or span end (``…_e``) with one column per width, grown by
+    one column per width (so the autograd graph has O(n) nodes, not O(n²))."""
+    plus = _plus(semiring)
+    n = theta.shape[-1]
+    zero = theta.new_zeros(theta.shape[:-1] + (1,))
+    cl_s = cl_e = cr_s = cr_e = il_e = ir_s = zero  # width 0 (incomplete: unused)
+
+    def grow(chart, col, k, by_end):
+        return torch.cat([chart, F.pad(col, (k, 0) if by_end else (0, k)).unsqueeze(-1)], -1)
+
+    for k in range(1, n):
+        m = n - k
+        x = plus(cr_s[..., :m, :] + cl_e[..., k:, :].flip(-1))  # widths 0 … k−1 | k−1 … 0
+        il_e = grow(il_e, x + theta.diagonal(-k, -2, -1), k, True)  # arc t → s
+        ir_s = grow(ir_s, x + theta.diagonal(k, -2, -1), k, False)  # arc s → t
+        cl = plus(cl_s[..., :m, :] + il_e[..., k:, 1:].flip(-1))
+        cr = plus(ir_s[..., :m, 1:] + cr_e[..., k:, :].flip(-1))
+        cl_s, cl_e = grow(cl_s, cl, k, False), grow(cl_e, cl, k, True)
+        cr_s, cr_e = grow(cr_s, cr, k, False), grow(cr_e, cr, k, True)
+    return cl_s, cr_e, cr_s
+
+
+def _gather_last(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return x.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+
+
+def _eisner_log_partition(theta, lengths, single_root: bool, semiring: str = "log"):
+    """log Z (or its max / sampled counterpart) of projective trees, ``[...]``."""
+    n = theta.shape[-1]
+    if not single_root:  # the root prepended as word 0, arcs into it impossible
+        top = torch.cat([theta.new_full(theta.shape[:-2] + (1, 1), FLOOR),
+                         theta.diagonal(0, -2, -1).unsqueeze(-2)], -1)
+        body = torch.cat([theta.new_full(theta.shape[:-1] + (1,), FLOOR), theta], -1)
+        _, _, cr_s = _eisner_chart(torch.cat([top, body], -2), semiring)
+        return _gather_last(cr_s[..., 0, :], lengths)  # C→[root, L]
+    cl_s, cr_e, _ = _eisner_chart(theta, semiring)
+    left = cl_s[..., 0, :]  # C←[0, m], m = width
+    last = (lengths - 1).clamp(min=0)
+    right_by_width = cr_e.gather(-2, last[..., None, None].expand(*last.shape, 1, n)).squeeze(-2)
+    m = torch.arange(n, device=theta.device)
+    right = right_by_width.gather(-1, (last.unsqueeze(-1) - m).clamp(min=0))  # C→[m, L−1]
+    terms = left + right + theta.diagonal(0, -2, -1)
+    terms = torch.where(m < lengths.unsqueeze(-1), terms, torch.full_like(terms, FLOOR))
+    return _plus(semiring)(terms)
+
+
+def _matrix_tree_log_partition(theta, lengths, single_root: bool):
+    """log Z of non-projective trees by the matrix-tree theorem, ``[...]``."""
+    n = theta.shape[-1]
+    idx = torch.arange(n, device=theta.device)
+    real = idx < lengths.unsqueeze(-1)  # [..., n]
+    eye = torch.eye(n, dtype=torch.bool, device=theta.device)
+    arc_ok = real.unsqueeze(-1) & real.unsqueeze(-2) & ~eye
+    candidates = torch.where(arc_ok | (eye & real.unsqueeze(-2)), theta,
+                             torch.full_like(theta, FLOOR))
+    shift = torch.where(real, candidates.max(-2).values, torch.zeros_like(theta[..., 0])).detach()
+    A = torch.where(arc_ok, (theta - shift.unsqueeze(-2)).exp(), torch.zeros_like(theta))
+    r = torch.where(real, (theta.diagonal(0, -2, -1) - shift).exp(), torch.zeros_like(shift))
+    cols = A.sum(-2)
+    if single_root:
+        lap = torch.diag_embed(cols) - A
+        lap = torch.cat([r.unsqueeze(-2), lap[..., 1:, :]], -2)
+    else:
+        lap = torch.diag_embed(cols + r) - A
+    pad = eye & ~real.unsqueeze(-2)
+    lap = torch.where(pad, torch.ones_like(lap), lap)
+    return torch.linalg.slogdet(lap).logabsdet + shift.sum(-1)
+
+
+class DependencyTree(TorchDistribution):
+    """Trees of the module docstring. ``scores [..., N, N]`` (float), ``lengths [...]`` (int,
+    1 ≤ L ≤ N; default N); ``projective``, ``single_root``. A sample is ``heads [..., N]``.
+
+    ``batch_shape = scores.shape[:-2]``, ``event_shape = (N,)``. Scores of padded arcs (a head
+    or modifier at or past the length) are ignored, whatever their value; a non-finite score at a
+    real arc is refused (with validation on, Pyro's default).
+    """
+
+    arg_constraints: dict = {}
+    has_enumerate_support = True
+
+    def __init__(self, scores: torch.Tensor, lengths: torch.Tensor | None = None, *,
+                 projective: bool = True, single_root: bool = True, validate_args=None):
+        if not isinstance(scores, torch.Tensor) or scores.dim() < 2 \
+                or scores.shape[-1] != scores.shape[-2]:
+            shape = list(getattr(scores, "shape", []))
+            raise UserError(f"DependencyTree: scores must be square [..., N, N], got {shape}")
+        N = scores.shape[-1]
+        batch_shape = scores.shape[:-2]
+        if lengths is None:
+            lengths = torch.full(batch_shape, N, dtype=torch.long, device=scores.device)
+        lengths = torch.as_tensor(lengths, device=scores.device)
+        if lengths.is_floating_point() or lengths.dtype == torch.bool:
+            raise UserError(f"DependencyTree: lengths must be integers, got {lengths.dtype}")
+        try:
+            lengths = lengths.long().expand(batch_shape)
+        except RuntimeError:
+            raise UserError(f"DependencyTree: lengths of shape {list(lengths.shape)} do not "
+                            f"broadcast to the batch shape {list(batch_shape)}") from None
+        checks = scores.device.type != "meta"
+        if checks and lengths.numel() and (lengths.min() < 1 or lengths.max() > N):
+            bad = int(lengths[(lengths < 1) | (lengths > N)].flatten()[0])
+            raise UserError(f"DependencyTree: every length must be in 1 … N = {N}, got {bad}")
+        self.projective, self.single_root = bool(projective), bool(single_root)
+        self.lengths = lengths
+        idx = torch.arange(N, device=scores.device)
+        self._real = idx < lengths.unsqueeze(-1)  # [..., N]
+        real_arc = self._real.unsqueeze(-1) & self._real.unsqueeze(-2)
+        super().__init__(batch_shape, torch.Size([N]), validate_args=validate_args)
+        if checks and self._validate_args:
+            bad = real_arc & ~torch.isfinite(scores)
+            if bad.any():
+                where = [int(i) for i in bad.nonzero()[0]]
+                raise NonFiniteScores(f"DependencyTree: scores must be finite at real arcs; "
+                                f"{int(bad.sum())} are not (first at index {where}; give padded "
+                                f"positions through lengths=)")
+        self.scores = scores
+        self.theta = torch.where(real_arc, scores.clamp(min=FLOOR), torch.zeros_like(scores))
+        self._log_z = None
+
+    # --- shapes and support -------------------------------------------------------------------
+    @property
+    def N(self) -> int:
+        return self.event_shape[0]
+
+    @constraints.dependent_property(is_discrete=True, event_dim=1)
+    def support(self):
+        return constraints.independent(constraints.integer_interval(0, self.N - 1), 1)
+
+    def expand(self, batch_shape, _instance=None):
+        batch_shape = torch.Size(batch_shape)
+        new = self._get_checked_instance(DependencyTree, _instance)
+        N = self.N
+        new.projective, new.single_root = self.projective, self.single_root
+        new.lengths = self.lengths.expand(batch_shape)
+        new._real = self._real.expand(batch_shape + (N,))
+        new.scores = self.scores.expand(batch_shape + (N, N))
+        new.theta = self.theta.expand(batch_shape + (N, N))
+        new._log_z = None if self._log_z is None else self._log_z.expand(batch_shape)
+        super(DependencyTree, new).__init__(batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def _same_kind(self, theta) -> DependencyTree:
+        return DependencyTree(theta, self.lengths, projective=self.projective,
+                              single_root=self.single_root, validate_args=False)
+
+    # --- log Z and what follows from it ------------------------------------------------------
+    def _partition(self, theta, semiring: str = "log"):
+        if self.projective:
+            return _eisner_log_partition(theta, self.lengths, self.single_root, semiring)
+        if semiring != "log":
+            raise UserError("only projective trees have a max/sample semiring here")
+        return _matrix_tree_log_partition(theta, self.lengths, self.single_root)
+
+    @property
+    def log_partition(self) -> torch.Tensor:
+        """log Z(θ) ``[...]``."""
+        if self._log_z is None:
+            self._log_z = self._partition(self.theta)
+        return self._log_z
+
+    @property
+    def marginals(self) -> torch.Tensor:
+        """Arc marginals μ ``[..., N, N]``: ``[h, m]`` = p(h heads m), diagonal p(m is the root's
+        child); every real column sums to 1, padded rows and columns are exactly 0.
+        Differentiable in the scores when they require grad (second-order autograd)."""
+        return self._marginals(self.theta)
+
+    def _marginals(self, theta):
+        if torch.is_grad_enabled() and theta.requires_grad:
+            log_z = self._partition(theta)
+            (mu,) = torch.autograd.grad(log_z.sum(), theta, create_graph=True)
+            return mu
+        with torch.enable_grad():
+            leaf = theta.detach().requires_grad_(True)
+            (mu,) = torch.autograd.grad(self._partition(leaf).sum(), leaf)
+        return mu
+
+    def score(self, heads: torch.Tensor) -> torch.Tensor:
+        """Σ_{(h→m) ∈ z} θ_hm of trees ``heads [..., N]``, ``[...]``."""
+        heads = heads.long()
+        shape = torch.broadcast_shapes(heads.shape[:-1], self.batch_shape)
+        theta = self.theta.expand(shape + (self.N, self.N))
+        arc = theta.gather(-2, heads.expand(shape + (self.N,)).unsqueeze(-2)).squeeze(-2)
+        return torch.where(self._real.expand(arc.shape), arc, torch.zeros_like(arc)).sum(-1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """log p(z) = score(z) − log Z for ``heads [..., N]`` (checked to be trees of this
+        kind and these lengths, validation on)."""
+        if self._validate_args and value.device.type != "meta":
+            self._validate_sample(value)
+            shape = torch.broadcast_shapes(value.shape[:-1], self.batch_shape)
+            check_trees(value.expand(shape + (self.N,)).detach().cpu().numpy(),
+                        self.lengths.expand(shape).cpu().numpy(), projective=self.projective,
+                        single_root=self.single_root)
+        return self.score(value) - self.log_partition
+
+    def entropy(self) -> torch.Tensor:
+        """H(p) = log Z − Σ_hm μ_hm θ_hm, exact, ``[...]``; computed with every column shifted by
+        its largest real score c_m (each tree has one arc into each word, so log Z and Σ μ θ
+        both fall by Σ c_m): no cancellation between two large numbers in float32."""
+        c = torch.where(self._real, self.theta.masked_fill(
+            ~(self._real.unsqueeze(-1) & self._real.unsqueeze(-2)), FLOOR).max(-2).values,
+            torch.zeros_like(self.theta[..., 0])).detach()
+        return (self.log_partition - c.sum(-1)) - (self.marginals * (self.theta - c.unsqueeze(-2))
+                                                   ).masked_fill(~self._real.unsqueeze(-2),
+                                                                 0.0).sum((-1, -2))
+
+    # --- the MAP tree and exact draws ---------------------------------------------------------
+    def argmax(self) -> torch.Tensor:
+        """The MAP tree ``heads [..., N]``: Eisner's Viterbi (projective) or Chu–Liu–Edmonds
+        (non-projective, on the host)."""
+        if self.projective:
+            with torch.enable_grad():
+                leaf = self.theta.detach().requires_grad_(True)
+                (arcs,) = torch.autograd.grad(self._partition(leaf, "max").sum(), leaf)
+            return arcs_to_heads(arcs, self.lengths)
+        theta = self.theta.detach().cpu().to(torch.float64).numpy()
+        flat = theta.reshape(-1, self.N, self.N)
+        lens = self.lengths.reshape(-1).cpu().numpy()
+        heads = np.stack([chu_liu_edmonds(s, int(L), single_root=self.single_root)
+                          for s, L in zip(flat, lens)]) if flat.shape[0] else \
+            np.zeros((0, self.N), np.int64)
+        return torch.as_tensor(heads.reshape(self.batch_shape + (self.N,)),
+                               device=self.scores.device)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.argmax()
+
+    def sample(self, sample_shape=()) -> torch.Tensor:
+        """Exact draws ``heads [*sample_shape, ..., N]`` (module docstring)."""
+        shape = torch.Size(sample_shape) + self.batch_shape
+        theta = self.theta.detach().expand(shape + (self.N, self.N))
+        lengths = self.lengths.expand(shape)
+        if self.projective:
+            with torch.enable_grad():
+                leaf = theta.clone().requires_grad_(True)
+                log_z = _eisner_log_partition(leaf, lengths, self.single_root, "sample")
+                (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
+            return arcs_to_heads(arcs, lengths)
+        return self._sample_sequential(theta.clone(), lengths)
+
+    def _sample_sequential(self, theta, lengths) -> torch.Tensor:
+        N = self.N
+        idx = torch.arange(N, device=theta.device)
+        heads = idx.expand(theta.shape[:-1]).clone()
+        real = idx < lengths.unsqueeze(-1)
+        for m in range(N):
+            mu = DependencyTree(theta, lengths, projective=False, single_root=self.single_root,
+                                validate_args=False).marginals[..., :, m]
+            probs = mu.clamp_min(0).reshape(-1, N)
+            probs = torch.where(probs.sum(-1, keepdim=True) > 0, probs,
+                                F.one_hot(torch.tensor(m, device=theta.device), N).to(probs))
+            h = categorical_draws(probs, 1).view(mu.shape[:-1])
+            h = torch.where(real[..., m], h, torch.full_like(h, m))
+            heads[..., m] = h
+            keep = idx == h.unsqueeze(-1)  # only the drawn head of m remains possible
+            theta[..., :, m] = torch.where(keep | ~real[..., m:m + 1], theta[..., :, m],
+                                           torch.full_like(theta[..., :, m], FLOOR))
+        return heads
+
+    def enumerate_support(self, expand: bool = True) -> torch.Tensor:
+        """Every tree ``[n_trees, ..., N]`` (brute force; all rows of one length ≤ 7)."""
+        lens = self.lengths.unique()
+        if lens.numel() != 1:
+            raise UserError("DependencyTree.enumerate_support needs every row of one length "
+                            f"(got lengths {sorted(int(v) for v in lens)})")
+        trees = enumerate_trees(int(lens[0]), self.N, projective=self.projective,
+                                single_root=self.single_root)
+        out = torch.as_tensor(trees, device=self.scores.device)
+        out = out.view((-1,) + (1,) * len(self.batch_shape) + (self.N,))
+        return out.expand((-1,) + self.batch_shape + (self.N,)) if expand else out
+
+
+@register_kl(DependencyTree, DependencyTree)
+def kl_dependency_tree(p: DependencyTree, q: DependencyTree) -> torch.Tensor:
+    """KL(p ‖ q) = Σ_hm μ^p_hm (θ^p_hm − θ^q_hm) − log Z_p + log Z_q, exact, for trees of the
+    same kind on the same lengths."""
+    if (p.projective, p.single_root, p.N) != (q.projective, q.single_root, q.N):
+        raise UserError("KL(DependencyTree ‖ DependencyTree) needs trees of the same kind "
+                        f"(projective, single_root, N): {(p.projective, p.single_root, p.N)} "
+                        f"vs {(q.projective, q.single_root, q.N)}")
+    shape = torch.broadcast_shapes(p.batch_shape, q.batch_shape)
+    if p.scores.device.type != "meta" and not torch.equal(p.lengths.expand(shape),
+                                                          q.lengths.expand(shape)):
+        raise UserError("KL(DependencyTree ‖ DependencyTree) needs the same lengths on both sides")
+    return (p.marginals * (p.theta - q.theta)).sum((-1, -2)) - p.log_partition + q.log_partition
+
+
+def tree_posterior(prior: DependencyTree, emission: torch.Tensor) -> DependencyTree:
+    """p(z | x, y) for an emission that factors over arcs, log p(y | z, x) = Σ_{(h→m) ∈ z}
+    emission[h, m] (``[..., N, N]``, the diagonal for root arcs): the tree of θ + φ."""
+    return prior._same_kind(prior.theta + emission)
+
+
+def tree_log_likelihood(prior: DependencyTree, emission: torch.Tensor) -> torch.Tensor:
+    """log p(y | x) = log Σ_z p(z | x) p(y | z, x) = log Z(θ + φ) − log Z(θ) ``[...]`` for an
+    emission that factors over arcs (see :func:`tree_posterior`); exact, differentiable."""
+    return tree_posterior(prior, emission).log_partition - prior.log_partition
