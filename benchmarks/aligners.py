@@ -13,7 +13,7 @@ symmetrized links.
 - eflomal ``-m 1`` (IBM1), ``-m 2`` (IBM1 → HMM), ``-m 3`` (IBM1 → HMM → fertility), its
   default sampling length — an optional peer (``pip install eflomal``; ``--eflomal`` names
   its ``eflomal-align``), skipped with a message when absent;
-- ours: ``ibm1``, ``ibm2``, ``hmm`` × ``gibbs`` (``--chains`` chains, ``--burn-in`` +
+- ours: ``ibm1``, ``ibm2``, ``hmm`` × ``gibbs`` (``--chains`` chains, ``--warmup`` +
   ``--samples`` sweeps, per size: 4 chains at 10k for R-hat, one at 100k; IBM2 / HMM started
   from 5 sweeps of IBM1's VB) and ``vb`` (at most ``--iterations`` sweeps).
 
@@ -90,7 +90,7 @@ def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts
     argv = ["wordalign", "-i", str(corpus), "--model", model, "--method", method,
             "-f", str(work / "fwd"), "-r", str(work / "rev"), "--out", str(work / "run")]
     if method == "gibbs":
-        argv += ["--chains", str(opts["chains"]), "--burn-in", str(opts["burn_in"]),
+        argv += ["--chains", str(opts["chains"]), "--warmup", str(opts["warmup"]),
                  "--samples", str(opts["samples"])]
         if model != "ibm1":
             argv += ["--init-sweeps", "5"]
@@ -165,7 +165,7 @@ def main() -> None:
     ap.add_argument("--ours", default=",".join(f"{m}:{k}" for m, k in OURS),
                     help="model:method pairs of ours to run")
     ap.add_argument("--chains", default="4,1", help="gibbs chains, per size (one value: all)")
-    ap.add_argument("--burn-in", default="25,10", help="gibbs burn-in sweeps, per size")
+    ap.add_argument("--warmup", default="25,10", help="gibbs warm-up (burn-in) sweeps, per size")
     ap.add_argument("--samples", default="25,10", help="gibbs kept sweeps, per size")
     ap.add_argument("--iterations", default="30", help="vb sweeps, per size")
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -185,7 +185,7 @@ def main() -> None:
         return values * len(sizes) if len(values) == 1 else values
 
     columns = {k: per_size(getattr(args, k), k.replace("_", "-"))
-               for k in ("chains", "burn_in", "samples", "iterations")}
+               for k in ("chains", "warmup", "samples", "iterations")}
     ours = [tuple(x.split(":")) for x in args.ours.split(",") if x]
     if not args.eflomal:
         print("eflomal-align not found (pip install eflomal, or --eflomal PATH): its rows are "
@@ -199,7 +199,7 @@ def main() -> None:
             jobs += [{**base, "system": "eflomal", "m": m, "exe": args.eflomal,
                       "work": str(out / f"{n}-eflomal-m{m}")} for m in (1, 2, 3)]
         jobs += [{**base, "system": "ours", "model": m, "method": k, "opts": opts,
-                  "sweeps": (f"{opts['chains']} × ({opts['burn_in']} + {opts['samples']})"
+                  "sweeps": (f"{opts['chains']} × ({opts['warmup']} + {opts['samples']})"
                              if k == "gibbs" else f"≤ {opts['iterations']}"),
                   "work": str(out / f"{n}-{m}-{k}")} for m, k in ours]
     rows = []

@@ -24,7 +24,7 @@ OLD_PATHS = {
     "errors": "core.errors",
     "core.families": "core.family_specs",
     "core.methods": "core.method_specs",
-    "core.global_methods": "core.global_method_specs",
+    "core.global_methods": "core.method_specs",
     "core.trees": "core.heads",
     "core.seq_vae": "core.seq_vae_options",
     "contract": "common.contract",

@@ -46,8 +46,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppl_attention.core.global_method_specs import GLOBAL_METHODS  # noqa: E402
+from ppl_attention.core.method_specs import GLOBAL_METHODS as _EVERY_GLOBAL  # noqa: E402
 from ppl_attention.core.method_specs import METHOD_SPECS  # noqa: E402
+
+#: the methods for global latents that train a model (svb runs under wordalign only)
+GLOBAL_METHODS = {n: m for n, m in _EVERY_GLOBAL.items() if m.serves("train")}
 
 PROPERTIES = {
     "a": "loss finite on a padded batch",

@@ -134,7 +134,10 @@ def test_methods_and_models_that_do_not_fit_are_refused(tmp_path, capsys):
              (["--model", "bayesian-ibm2", "--method", "nuts", "--steps", "10"],
               "--steps does not apply to nuts"),
              (["--model", "bayesian-ibm2", "--method", "svi-delta", "--clip", "1"],
-              "--clip does not apply to svi-delta: SVI takes --steps and --lr only")]
+              "--clip does not apply to svi-delta: SVI takes --steps and --lr (its method "
+              "options: --samples)"),
+             (["--model", "bayesian-ibm2", "--method", "nuts", "--tol", "0.1"],
+              "--tol does not apply to --method nuts (it takes --chains, --warmup, --samples)")]
     for args, msg in cases:
         assert main(["train", "--task", "reorder", *args, "--out", str(out)]) == 2
         err = capsys.readouterr().err

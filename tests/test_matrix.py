@@ -33,7 +33,7 @@ from matrix import AGREEMENT, BACKENDS, global_not_applicable, not_applicable, s
 from pyro import poutine
 
 from ppl_attention.core.errors import UserError
-from ppl_attention.core.global_method_specs import GLOBAL_METHODS
+from ppl_attention.core.method_specs import GLOBAL_METHODS as _EVERY_GLOBAL
 from ppl_attention.core.method_specs import METHOD_SPECS
 from ppl_attention.core.numerics import LOG_ZERO
 from ppl_attention.data import Vocab, make_batches, make_task
@@ -47,6 +47,9 @@ from ppl_attention.pyro.inference import Run, fit, get_method
 from ppl_attention.pyro.inference.evaluate import log_importance_weights
 from ppl_attention.pyro.inference.methods import differentiable_loss
 from ppl_attention.pyro.models import Seq2SeqAlignment
+
+#: the methods for global latents that train a model (svb runs under wordalign only)
+GLOBAL_METHODS = {n: m for n, m in _EVERY_GLOBAL.items() if m.serves("train")}
 
 CELLS = [(m, b) for m in METHOD_SPECS for b in BACKENDS]
 IDS = [f"{m}-{b}" for m, b in CELLS]

@@ -4,7 +4,6 @@ same 60-pair corpus (posterior link marginals within Monte Carlo error), ``vb``'
 decreasing, and the conjugate methods refused where they do not apply.
 """
 
-import dataclasses
 import itertools
 import math
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 from ppl_attention.common import arviz_api
-from ppl_attention.core import global_method_specs as gm
+from ppl_attention.core import method_specs as gm
 from ppl_attention.core.errors import UserError
 from ppl_attention.data.indexed import index_pairs
 from ppl_attention.data.kinds import data_kind
@@ -102,10 +101,9 @@ def test_program_likelihood_equals_enumeration(name):
     assert np.all(s <= 1 + 1e-5) and np.all(s > 0.05) and np.any(s < 0.999)  # NULL has some
 
 
-def _fit(model, train, method, monkeypatch, **spec):
-    monkeypatch.setitem(gm.GLOBAL_METHODS, method,
-                        dataclasses.replace(gm.GLOBAL_METHODS[method], **spec))
-    return bayes.fit_global(model, train, method, seed=1, progress=False)
+def _fit(model, train, method, monkeypatch, **options):
+    return bayes.fit_global(model, train, method, seed=1, progress=False,
+                            method_options=options)
 
 
 def _link_marginals(model, run, batch):
@@ -176,7 +174,7 @@ def test_registry_vb_elbo_and_draws(monkeypatch):
     kind, data = _data(40)
     model = _model("hmm", data)
     train = kind.batches(data.train, data.vocabs, 64, model=model, source={"task": "reorder"})
-    run = _fit(model, train, "vb", monkeypatch, warmup=30, samples=50)
+    run = _fit(model, train, "vb", monkeypatch, iterations=30, samples=50)
     elbo = np.asarray(run.extra["elbo"])
     assert np.all(np.diff(elbo) >= -1e-5 * np.abs(elbo[1:]))
     theta = run.samples["theta"]

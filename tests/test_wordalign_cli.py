@@ -321,10 +321,14 @@ def small(tmp_path, monkeypatch):
 
 REFUSALS = [
     (["--method", "gibbs", "--iterations", "5", "-f", "fwd"],
-     "error: --iterations does not apply to --method gibbs (it takes --chains, --burn-in, "
+     "error: --iterations does not apply to --method gibbs (it takes --chains, --warmup, "
      "--samples, --thin, --track, --init-sweeps)"),
-    (["--method", "vb", "--burn-in", "5", "-f", "fwd"],
-     "error: --burn-in does not apply to --method vb (it takes --iterations, --tol)"),
+    (["--method", "vb", "--burn-in", "5", "-f", "fwd"],  # --warmup's old name, still read
+     "error: --warmup does not apply to --method vb (it takes --iterations, --tol)"),
+    (["--method", "vb", "--warmup", "5", "-f", "fwd"],
+     "error: --warmup does not apply to --method vb (it takes --iterations, --tol)"),
+    (["--method", "svb", "--kappa", "0.4", "-f", "fwd"],
+     "error: --kappa must be in (0.5, 1], got 0.4"),
     (["-f", "fwd", "-o", "sym"],
      "error: --output writes the symmetrized links: give --symmetrize too"),
     ([], "error: nothing to write: give -f, -r, --symmetrize, --gold or --out"),

@@ -339,7 +339,7 @@ def _gold_coverage(probs_list, gold_list, mask_list) -> dict:
 def uncalibratable(run) -> str | None:
     """Why ``run`` has no posterior to calibrate — its family samples nothing (soft attention, a
     CRF's marginals) or is a Markov chain summed out exactly — or None."""
-    from ..core.global_method_specs import is_global_method
+    from ..core.method_specs import is_global_method
 
     if is_global_method(run.method):
         return (f"{run.method} infers global latents; their posterior is checked against NUTS "

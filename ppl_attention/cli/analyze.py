@@ -12,7 +12,7 @@ from ..common.contract import require
 from ..core import jsonio
 from ..core.errors import DataError, UserError
 from ..core.files import make_readable
-from ..core.global_method_specs import is_global_method
+from ..core.method_specs import is_global_method
 from ..data.corpus import atomic_write_text
 from .evaluate_align import add_eval_data, add_run_model, eval_split, load_run
 from .options import add_posterior, posterior_options

@@ -12,8 +12,7 @@ from ..common.contract import check_method, global_latents, model_backend
 from ..common.registry import load_model_class
 from ..core.divergence import EXIT_DIVERGED
 from ..core.errors import UserError
-from ..core.global_method_specs import global_methods_for
-from ..core.method_specs import METHOD_SPECS
+from ..core.method_specs import METHOD_SPECS, global_methods_for
 from ..core.progress import progress_bar
 from ..tools import sweep
 from ..tools.experiment import check_experiment
@@ -128,7 +127,8 @@ def cmd_sweep(args) -> int:
         exp.model_source = Path(location).expanduser().read_bytes()  # travels with the jobs
     swept = {k for k, _ in settings}
     fixed = {"model": exp.model, **{f"model.{k}": v for k, v in exp.model_options.items()},
-             **{k: v for k, v in exp.training.items()}, **exp.data_options,
+             **{k: v for k, v in exp.training.items()}, **exp.method_options,
+             **exp.data_options,
              "task": exp.task, "data_dir": exp.data_dir, "task_seed": exp.task_seed,
              "backend": exp.backend, "devices": exp.devices}
     fixed = {k: v for k, v in fixed.items() if k.split(".")[-1] not in swept}

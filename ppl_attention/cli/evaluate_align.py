@@ -11,7 +11,7 @@ from ..common.registry import load_model_class
 from ..common.runs import Run
 from ..core import jsonio
 from ..core.errors import UserError
-from ..core.global_method_specs import is_global_method
+from ..core.method_specs import is_global_method
 from ..data import DataError, make_batches
 from ..data.kinds import data_kind
 from ..data.pharaoh import format_pharaoh

@@ -136,8 +136,26 @@ def add_training(p, cls) -> None:
                        help=f"{TRAINING_HELP[name]} (default: {defaults[name]})", **kw)
     add_backend(g)
     add_device(g, per_job=True)
+    add_method_options(p, cls)
     g.add_argument("--devices", type=int, default=1,
                    help="numpyro: data-parallel SVI, each batch sharded over N JAX devices")
+
+
+def add_method_options(p, cls) -> None:
+    """For a model with global latents, the options of the methods that infer them, each
+    declared once in :data:`~ppl_attention.core.method_specs.METHOD_OPTIONS` (``wordalign``
+    reads the same declarations); a method refuses one it does not take."""
+    from ..common.contract import global_latents
+    from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, options_help
+
+    if not global_latents(cls):
+        return
+    g = p.add_argument_group("method options (the methods for global latents)")
+    used = {k for m in GLOBAL_METHODS.values() if m.serves("train") for k in m.options["train"]}
+    for name, o in METHOD_OPTIONS.items():
+        if name in used:
+            g.add_argument(o.flag, dest=f"method__{name}", type=o.kind, default=None,
+                           metavar=o.kind.__name__.upper(), help=options_help(name, "train"))
 
 
 def add_device(p, per_job: bool = False) -> None:
@@ -184,7 +202,8 @@ def experiment_from_args(args):
     return Experiment(model=args.model, model_options=group("model__"),
                       task=getattr(args, "task", None), data_dir=getattr(args, "data_dir", None),
                       task_seed=getattr(args, "task_seed", 0), data_options=group("data__"),
-                      training=group("train__"), backend=args.backend,
+                      training=group("train__"), method_options=group("method__"),
+                      backend=args.backend,
                       devices=getattr(args, "devices", 1),
                       device=getattr(args, "device", "cpu"),
                       calibrate=getattr(args, "calibrate", False),

@@ -10,17 +10,15 @@ from pathlib import Path
 
 from ..core import jsonio
 from ..core.errors import UserError
+from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, options_help
 
-METHODS = {"gibbs": "blocked Gibbs sampling (NumPyro MCMC with a conjugate kernel)",
-           "vb": "mean-field variational Bayes, closed-form coordinate ascent",
-           "svb": "stochastic variational Bayes over minibatches"}
-#: the options each method takes (any other given is refused)
-METHOD_OPTIONS = {"gibbs": ("chains", "burn_in", "samples", "thin", "track", "init_sweeps"),
-                  "vb": ("iterations", "tol"),
-                  "svb": ("epochs", "tau", "kappa")}
-DEFAULTS = {"chains": 2, "burn_in": 50, "samples": 50, "thin": 1, "track": 1000,
-            "init_sweeps": 5,
-            "iterations": 30, "tol": 1e-5, "epochs": 5, "tau": 1.0, "kappa": 0.7}
+#: the methods ``wordalign`` runs and the options each takes, with their defaults: the one
+#: method registry's (:data:`~ppl_attention.core.method_specs.GLOBAL_METHODS`, the same
+#: declarations ``train --model word-hmm`` reads)
+METHODS = {n: m for n, m in GLOBAL_METHODS.items() if m.serves("wordalign")}
+#: every method option some wordalign method takes
+OPTIONS = [k for k in METHOD_OPTIONS if any(k in m.options["wordalign"]
+                                            for m in METHODS.values())]
 
 
 def add_parsers(sub) -> None:
@@ -31,7 +29,8 @@ def add_parsers(sub) -> None:
     p.add_argument("-i", "--input", required=True, help="parallel text, 'source ||| target' "
                    "per line (UTF-8, space-separated tokens)")
     p.add_argument("--model", default="hmm", choices=("ibm1", "ibm2", "hmm"))
-    p.add_argument("--method", default="gibbs", choices=list(METHODS))
+    p.add_argument("--method", default="gibbs", choices=list(METHODS),
+                   help="; ".join(f"{n}: {m.description}" for n, m in METHODS.items()))
     p.add_argument("-f", "--forward", help="write the forward links (each target word to a "
                    "source word or none) here")
     p.add_argument("-r", "--reverse", help="write the reverse links (the corpus aligned the "
@@ -52,19 +51,11 @@ def add_parsers(sub) -> None:
                    "[-D, D]")
     p.add_argument("--threshold", type=float, help="links where the posterior marginal reaches "
                    "this (default: each target word's most probable position, none if NULL)")
-    for name, text in (("chains", "gibbs: chains, run one after another"),
-                       ("burn_in", "gibbs: sweeps discarded first (NumPyro's warm-up)"),
-                       ("samples", "gibbs: sweeps kept per chain"),
-                       ("thin", "gibbs: keep every N-th sweep"),
-                       ("track", "gibbs: target words whose draws give R-hat and ESS"),
-                       ("init_sweeps", "gibbs, ibm2 / hmm: sweeps of IBM1 (VB) whose "
-                        "translation table the chains start from; 0: uniform tables"),
-                       ("iterations", "vb: most sweeps"), ("epochs", "svb: passes")):
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, help=text +
-                       f" (default {DEFAULTS[name]})")
-    for name, text in (("tol", "vb: stop when the ELBO's relative change is below this"),
-                       ("tau", "svb: step delay τ"), ("kappa", "svb: step decay κ ∈ (0.5, 1]")):
-        p.add_argument(f"--{name}", type=float, help=text + f" (default {DEFAULTS[name]})")
+    for name in OPTIONS:
+        o = METHOD_OPTIONS[name]
+        flags = [o.flag] + (["--burn-in"] if name == "warmup" else [])  # --burn-in: its old name
+        p.add_argument(*flags, dest=name, type=o.kind, metavar=o.kind.__name__.upper(),
+                       help=options_help(name, "wordalign"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=1024, help="sentence pairs per batch")
     p.set_defaults(fn=cmd_wordalign)
@@ -78,21 +69,7 @@ def add_parsers(sub) -> None:
 
 
 def _method_options(args) -> dict:
-    given = {k for k in DEFAULTS if getattr(args, k) is not None}
-    wrong = sorted(given - set(METHOD_OPTIONS[args.method]))
-    if wrong:
-        takes = ", ".join("--" + o.replace("_", "-") for o in METHOD_OPTIONS[args.method])
-        raise UserError(f"--{wrong[0].replace('_', '-')} does not apply to --method "
-                        f"{args.method} (it takes {takes})")
-    opts = {k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS[k]
-            for k in METHOD_OPTIONS[args.method]}
-    for k, v in opts.items():
-        lo = 0 if k in ("burn_in", "init_sweeps", "tol") else 1 if isinstance(v, int) else None
-        if (lo is not None and v < lo) or (k == "tau" and not v > 0) or \
-                (k == "kappa" and not 0.5 < v <= 1):
-            need = {"tau": "> 0", "kappa": "in (0.5, 1]"}.get(k, f"≥ {lo}")
-            raise UserError(f"--{k.replace('_', '-')} must be {need}, got {v}")
-    return opts
+    return METHODS[args.method].resolve("wordalign", {k: getattr(args, k) for k in OPTIONS})
 
 
 def _writable(path, what):
@@ -146,7 +123,7 @@ def check_wordalign(args):
 
 
 def _gibbs(wa, spec, corpus, opts, seed) -> dict:
-    res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["burn_in"],
+    res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["warmup"],
                        samples=opts["samples"], thinning=opts["thin"], seed=seed,
                        track=opts["track"], init_sweeps=opts["init_sweeps"], release_host=True)
     res["diagnostics"] = wa.link_rhat(res["traces"]["track"]) if opts["chains"] > 1 else None
@@ -163,7 +140,8 @@ def _svb(wa, spec, corpus, opts, seed) -> dict:
                       kappa=opts["kappa"], seed=seed)
 
 
-#: each method's runner: (word_alignment module, aligner, corpus, options, seed) → result
+#: each registry method's runner: (word_alignment module, aligner, corpus, options, seed) →
+#: result (tests/test_wordalign_cli.py checks that the keys are the registry's)
 RUNNERS = {"gibbs": _gibbs, "vb": _vb, "svb": _svb}
 
 

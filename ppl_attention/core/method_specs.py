@@ -1,6 +1,30 @@
-"""The inference methods, as specs both backends build from: which family the model samples,
-which guide, which objective, enumeration, baselines and KL annealing. Names are those of the
-API, the command line and every results table (Deng et al. 2018's Table 1 names in brackets).
+"""Every inference method, in one registry both backends and every command build from.
+
+**Alignment methods** (:data:`METHOD_SPECS`, :class:`MethodSpec`): which family the model
+samples, which guide, which objective, enumeration, baselines and KL annealing. Names are those
+of the API, the command line and every results table (Deng et al. 2018's Table 1 names in
+brackets).
+
+**Methods for global latents** (:data:`GLOBAL_METHODS`, :class:`GlobalMethodSpec`), for a model
+that declares ``latents`` with priors (a Bayesian aligner's translation table): the alignment
+is summed out exactly inside the model and the *globals* are inferred —
+
+- ``nuts``, ``hmc``: Markov chain Monte Carlo (NumPyro's NUTS / HMC, several chains) — the
+  reference posterior every other method is compared against;
+- ``svi-normal``, ``svi-lowrank``, ``svi-delta``: stochastic variational inference with an
+  autoguide over the globals (``AutoNormal``, ``AutoLowRankMultivariateNormal``, ``AutoDelta``:
+  MAP), ``TraceEnum_ELBO``;
+- ``gibbs``, ``vb``, ``svb``: for a model that declares ``conjugate`` (the word aligners, whose
+  tables are Dirichlet given the alignments): blocked Gibbs sampling — every alignment drawn
+  given the tables, then the tables from their Dirichlet posteriors — with NumPyro's ``MCMC``;
+  mean-field variational Bayes by closed-form coordinate ascent; stochastic VB over minibatches
+  (``ppl-attention wordalign`` only).
+
+Each declares what it needs (``requires``), which commands serve it (``train`` / ``compare``
+/ ``sweep`` on a model's globals, ``wordalign`` on a corpus) and the **method options** it
+takes with their defaults per command, each option defined once in :data:`METHOD_OPTIONS`
+(the same name everywhere: ``--warmup`` is Gibbs's burn-in on both commands). The NumPyro
+side (``ppl_attention.numpyro.inference.bayes``, ``…word_alignment``) runs them.
 
 A method asks of a model (see :mod:`ppl_attention.pyro.models.base`): a guide offering its
 ``posterior`` ("none": no alignment guide; "prior": the prior's distribution from the model's
@@ -11,6 +35,7 @@ REINFORCE baseline the capability ``soft-likelihood``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .errors import UserError
 from .family_specs import FamilySpec, family_spec
@@ -139,3 +164,163 @@ def guide_posterior(method: str, model) -> str:
     if p != "none":
         return p
     return "inference" if "inference" in getattr(model, "posteriors", POSTERIORS) else "prior"
+
+
+# --- methods for global latents ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MethodOption:
+    """One option a method for global latents may take: ``--name`` (underscores as dashes) of
+    type ``kind``, at least ``minimum`` (above it when ``exclusive``), at most ``maximum``."""
+
+    name: str
+    kind: type
+    help: str
+    minimum: float = 0
+    exclusive: bool = False
+    maximum: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value):
+        """``value`` converted to ``kind`` and checked; a bad one raises naming the flag."""
+        try:
+            v = self.kind(value)
+        except (TypeError, ValueError):
+            raise UserError(f"{self.flag}: expected {self.kind.__name__}, got {value!r}") from None
+        if isinstance(value, float) and self.kind is int and v != value:
+            raise UserError(f"{self.flag}: expected an integer, got {value!r}")
+        low_bad = v <= self.minimum if self.exclusive else v < self.minimum
+        if low_bad or (self.maximum is not None and v > self.maximum) or v != v:
+            rng = (f"in ({self.minimum}, {self.maximum}]" if self.maximum is not None else
+                   f"{'>' if self.exclusive else '≥'} {self.minimum}")
+            raise UserError(f"{self.flag} must be {rng}, got {value}")
+        return v
+
+
+METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
+    MethodOption("chains", int, "Markov chains, run one after another", 1),
+    MethodOption("warmup", int, "warm-up (burn-in) steps or sweeps per chain, discarded", 0),
+    MethodOption("samples", int, "draws kept per chain (variational methods: drawn from q)", 1),
+    MethodOption("thin", int, "keep every N-th sweep", 1),
+    MethodOption("track", int, "target words whose draws give R-hat and ESS", 1),
+    MethodOption("init_sweeps", int, "sweeps of IBM1 (VB) whose translation table the chains "
+                 "of IBM2 / HMM start from; 0: uniform tables", 0),
+    MethodOption("iterations", int, "most coordinate-ascent sweeps", 1),
+    MethodOption("tol", float, "stop when the ELBO's relative change is below this", 0),
+    MethodOption("epochs", int, "passes over the corpus", 1),
+    MethodOption("tau", float, "step delay τ of the step size (t + τ)^−κ", 0, exclusive=True),
+    MethodOption("kappa", float, "step decay κ of the step size (t + τ)^−κ", 0.5,
+                 exclusive=True, maximum=1),
+]}
+
+#: the commands a method for global latents can serve
+COMMANDS = ("train", "wordalign")
+
+
+@dataclass(frozen=True)
+class GlobalMethodSpec:
+    """``kind``: ``"mcmc"`` (``kernel`` NUTS, HMC or Gibbs), ``"svi"`` (``autoguide``; the
+    training options ``steps`` and ``lr``), ``"vb"`` or ``"svb"``; ``requires``: a declaration
+    the model must make (``conjugate`` for Gibbs and the VBs); ``options``: per command that
+    serves it (``train`` — also ``compare`` and ``sweep`` —, ``wordalign``), the method options
+    it takes (names of :data:`METHOD_OPTIONS`) with their defaults."""
+
+    name: str
+    description: str
+    kind: str
+    options: dict
+    kernel: str | None = None
+    autoguide: str | None = None
+    requires: str | None = None
+
+    def __post_init__(self):
+        for command, opts in self.options.items():
+            if command not in COMMANDS or not set(opts) <= set(METHOD_OPTIONS):
+                raise UserError(f"method {self.name!r}: options per command {COMMANDS}, names "
+                                f"of METHOD_OPTIONS; got {command!r}: {sorted(opts)}")
+        object.__setattr__(self, "options", MappingProxyType(
+            {c: MappingProxyType(dict(o)) for c, o in self.options.items()}))
+
+    def serves(self, command: str) -> bool:
+        return command in self.options
+
+    def resolve(self, command: str, given: dict) -> dict:
+        """The method options for ``command``: ``given`` (None values: not given) checked
+        and over the defaults; an option the method does not take there is refused."""
+        takes = self.options.get(command)
+        if takes is None:
+            raise UserError(f"method {self.name!r} does not run under `{command}`; it runs under "
+                            f"{', '.join(self.options)}")
+        wrong = sorted(k for k, v in given.items() if v is not None and k not in takes)
+        if wrong:
+            o = METHOD_OPTIONS[wrong[0]].flag if wrong[0] in METHOD_OPTIONS else wrong[0]
+            listed = ", ".join(METHOD_OPTIONS[k].flag for k in takes) or "no method option"
+            raise UserError(f"{o} does not apply to --method {self.name} (it takes {listed})")
+        return {k: METHOD_OPTIONS[k].check(given[k]) if given.get(k) is not None else d
+                for k, d in takes.items()}
+
+
+_MCMC = {"chains": 4, "warmup": 500, "samples": 1000}
+
+GLOBAL_METHODS: dict[str, GlobalMethodSpec] = {m.name: m for m in [
+    GlobalMethodSpec("nuts", "NUTS over the global latents, alignments enumerated (the "
+                     "reference)", "mcmc", {"train": _MCMC}, kernel="NUTS"),
+    GlobalMethodSpec("hmc", "HMC (fixed trajectory length) over the global latents",
+                     "mcmc", {"train": _MCMC}, kernel="HMC"),
+    GlobalMethodSpec("svi-normal", "SVI, AutoNormal (mean-field Gaussian) over the globals",
+                     "svi", {"train": {"samples": 1000}}, autoguide="AutoNormal"),
+    GlobalMethodSpec("svi-lowrank", "SVI, AutoLowRankMultivariateNormal over the globals",
+                     "svi", {"train": {"samples": 1000}},
+                     autoguide="AutoLowRankMultivariateNormal"),
+    GlobalMethodSpec("svi-delta", "SVI, AutoDelta (MAP) over the globals", "svi",
+                     {"train": {"samples": 1000}}, autoguide="AutoDelta"),
+    GlobalMethodSpec("gibbs", "blocked Gibbs: all alignments given the tables, the tables "
+                     "from their Dirichlet posteriors (conjugate aligners; NumPyro MCMC with a "
+                     "conjugate kernel)", "mcmc",
+                     {"train": {"chains": 4, "warmup": 200, "samples": 1000},
+                      "wordalign": {"chains": 2, "warmup": 50, "samples": 50, "thin": 1,
+                                    "track": 1000, "init_sweeps": 5}},
+                     kernel="Gibbs", requires="conjugate"),
+    GlobalMethodSpec("vb", "mean-field variational Bayes, closed-form coordinate ascent "
+                     "(conjugate aligners)", "vb",
+                     {"train": {"iterations": 200, "tol": 1e-9, "samples": 1000},
+                      "wordalign": {"iterations": 30, "tol": 1e-5}},
+                     requires="conjugate"),
+    GlobalMethodSpec("svb", "stochastic variational Bayes over minibatches (conjugate "
+                     "aligners)", "svb",
+                     {"wordalign": {"epochs": 5, "tau": 1.0, "kappa": 0.7}},
+                     requires="conjugate"),
+]}
+
+
+def is_global_method(name: str) -> bool:
+    return name in GLOBAL_METHODS
+
+
+def global_method(name: str, command: str | None = None) -> GlobalMethodSpec:
+    """The spec of ``name`` (refused when ``command`` is given and does not serve it)."""
+    spec = GLOBAL_METHODS.get(name)
+    if spec is None or (command is not None and not spec.serves(command)):
+        valid = [n for n, m in GLOBAL_METHODS.items() if command is None or m.serves(command)]
+        raise UserError(f"unknown method {name!r} for global latents; valid: "
+                        f"{', '.join(valid)}")
+    return spec
+
+
+def global_methods_for(model_or_cls, command: str = "train") -> list[str]:
+    """The methods for global latents a model can take under ``command``: all that serve it
+    but those requiring a declaration the model does not make (not made is False)."""
+    return [name for name, m in GLOBAL_METHODS.items() if m.serves(command)
+            and (m.requires is None or getattr(model_or_cls, m.requires, False))]
+
+
+def options_help(name: str, command: str) -> str:
+    """``--warmup``'s help for ``command``: what it is and each method's default."""
+    o = METHOD_OPTIONS[name]
+    takers = [f"{m.name} {m.options[command][name]}" for m in GLOBAL_METHODS.values()
+              if m.serves(command) and name in m.options[command]]
+    return f"{o.help} (default: {', '.join(takers)})"

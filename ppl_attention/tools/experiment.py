@@ -24,7 +24,7 @@ from ..common.registry import load_model_class
 from ..common.runs import COMPLETE, PARTIAL, Run, check_not_diverged
 from ..core.divergence import Diverged, check_figure, hint
 from ..core.errors import MissingCapability, UserError
-from ..core.global_method_specs import is_global_method
+from ..core.method_specs import METHOD_OPTIONS, is_global_method
 from ..core.method_specs import method_spec as get_method
 from ..core.training import TRAINING_DEFAULTS, training_options
 from ..data.kinds import data_kind
@@ -41,6 +41,9 @@ class Experiment:
     ``model_options``: its constructor's options (None values: the model's defaults);
     ``task`` / ``data_dir`` / ``task_seed`` / ``data_options``: the data source;
     ``training``: training options (None: the model's defaults, else the package's);
+    ``method_options``: a method for global latents' own (``chains``, ``warmup``, …:
+    :data:`~ppl_attention.core.method_specs.METHOD_OPTIONS`; the method's defaults where
+    absent);
     ``backend``, ``device``, ``devices``: where it runs (``backend`` None: the model's own —
     ``pyro`` for a Pyro model, ``numpyro`` for a NumPyro model; ``device``: cpu, cuda, cuda:N or
     auto, :mod:`ppl_attention.common.devices`; ``devices``: NumPyro's data-parallel device count);
@@ -55,6 +58,7 @@ class Experiment:
     task_seed: int = 0
     data_options: dict = field(default_factory=dict)
     training: dict = field(default_factory=dict)
+    method_options: dict = field(default_factory=dict)
     backend: str | None = None
     devices: int = 1
     device: str = "cpu"
@@ -69,7 +73,8 @@ class Experiment:
         a data option, or ``backend`` / ``devices`` / ``task_seed``."""
         exp = dataclasses.replace(self, model_options=dict(self.model_options),
                                   data_options=dict(self.data_options),
-                                  training=dict(self.training))
+                                  training=dict(self.training),
+                                  method_options=dict(self.method_options))
         settings = list(settings)
         data_options = data_kind(declared(self.model_class(), "data")).options if settings else {}
         for k, v in settings:
@@ -77,6 +82,8 @@ class Experiment:
                 setattr(exp, k, v)
             elif k in TRAINING_DEFAULTS:
                 exp.training[k] = v
+            elif k in METHOD_OPTIONS:
+                exp.method_options[k] = v
             elif k in data_options:
                 exp.data_options[k] = v
             else:
@@ -114,8 +121,12 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     for m in methods:
         backend.check(cls, m)
         if is_global_method(m):
-            backend.check_global_options(m, exp.training)
+            backend.check_global_options(m, exp.training, exp.method_options)
             continue
+        if exp.method_options:
+            o = METHOD_OPTIONS[sorted(exp.method_options)[0]].flag
+            raise UserError(f"{o} is an option of the methods for global latents; --method {m} "
+                            f"is an alignment method and takes none")
         spec = get_method(m)
         check_method(cls, spec)
     preflight = getattr(backend, "preflight", None)
@@ -359,7 +370,7 @@ def check_report(run: Run, rep: dict, out, discrete: bool = True) -> None:
 
 def _train_global(exp: Experiment, cls, kind, source: dict, method: str, seed: int, out: Path,
                   progress: bool) -> tuple[Run, dict]:
-    """A method for global latents (:mod:`ppl_attention.core.global_method_specs`): the posterior of
+    """A method for global latents (:mod:`ppl_attention.core.method_specs`): the posterior of
     the globals from every training pair, then the posterior-predictive report on the test
     split."""
     backend = get_backend("numpyro")
@@ -384,7 +395,8 @@ def _train_global(exp: Experiment, cls, kind, source: dict, method: str, seed: i
                                  tgt_vocab=data.vocabs.get("tgt_vocab"), progress=progress,
                                  config={"data": source, "batch_size": batch_size,
                                          "device": describe(exp.device, "numpyro")},
-                                 model_spec=_model_spec(exp), **training)
+                                 model_spec=_model_spec(exp),
+                                 method_options=exp.method_options, **training)
         rep = backend.global_report(run, test, getattr(data.test, "gold", None))
     run.extra["test_report"] = rep
     run.save(out)

@@ -39,7 +39,7 @@ from ..data.corpus import atomic_write_text, write_directory_atomically
 
 #: options a ``--set key=v1,v2`` may sweep besides the training, model and data options
 SETTABLE_OTHER = ("backend", "devices", "task_seed")
-PREFIXES = ("train__", "model__", "data__")
+PREFIXES = ("train__", "method__", "model__", "data__")
 #: what a job reports (columns of results.csv after method, seed, the swept settings, status)
 COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
 #: …and where the data scores decoding or gold trees (``--task trees``)

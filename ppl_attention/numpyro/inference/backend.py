@@ -56,7 +56,7 @@ def extra_report(run, seed: int = 0):
 def check(model_class, method: str) -> None:
     """Refuse, before any work, a Pyro model without a NumPyro twin, a method NumPyro lacks, a
     method for global latents on a model without them (or the other way round)."""
-    from ...core.global_method_specs import global_method, global_methods_for, is_global_method
+    from ...core.method_specs import global_method, global_methods_for, is_global_method
 
     if declared(model_class, "backend") != "numpyro":
         twin_class(model_class)
@@ -93,7 +93,7 @@ def check_run(run) -> None:
 def method_family(method: str, model_class=None):
     """A fresh NumPyro family of ``method`` (what a NumPyro model is built with); for a method
     of global latents, the first family the model declares (its alignment is summed out)."""
-    from ...core.global_method_specs import is_global_method
+    from ...core.method_specs import is_global_method
     from ..families import make_family
 
     if is_global_method(method):

@@ -1,4 +1,4 @@
-"""The methods for global latent variables (:mod:`ppl_attention.core.global_method_specs`) under
+"""The methods for global latent variables (:mod:`ppl_attention.core.method_specs`) under
 NumPyro: NUTS / HMC with several chains, or SVI with an autoguide over the globals, on the
 whole training set at once, the alignment summed out by enumeration inside the model
 (``enumerate_z=True``; NumPyro's funsor enumeration). A run holds the posterior draws of the
@@ -29,7 +29,7 @@ from ...common import arviz_api
 from ...common.contract import declared, global_latents
 from ...common.runs import Run
 from ...core.errors import UserError
-from ...core.global_method_specs import global_method
+from ...core.method_specs import METHOD_OPTIONS, global_method
 from ...core.training import training_options
 from ...data.batching import as_numpy
 from ..jax_batches import JaxBatch, to_jax
@@ -71,37 +71,40 @@ def _program(model):
     return functools.partial(model.model, enumerate_z=True, kl_scale=1.0)
 
 
-def check_options(method: str, given: dict) -> None:
-    """Refuse a training option the global method does not take (SVI: steps and lr)."""
-    spec = global_method(method)
+def check_options(method: str, given: dict, method_options: dict | None = None) -> dict:
+    """Refuse a training option the global method does not take (SVI: steps and lr) and a
+    method option it does not take under ``train``; returns its method options, given ones over
+    the registry's defaults (:data:`~ppl_attention.core.method_specs.GLOBAL_METHODS`)."""
+    spec = global_method(method, "train")
     allowed = SVI_OPTIONS if spec.kind == "svi" else ()
     extra = sorted(k for k, v in given.items() if v is not None and k not in allowed)
     if extra:
         flag = "--" + extra[0].replace("_", "-")
-        what = ("SVI takes --steps and --lr only" if spec.kind == "svi" else
-                f"{method} runs at most {spec.warmup} coordinate-ascent sweeps and draws "
-                f"{spec.samples} tables from q; it takes no training option"
-                if spec.kind == "vb" else
-                f"{method} draws {spec.chains} chains × {spec.samples} draws after "
-                f"{spec.warmup} warm-up steps and takes no training option")
-        raise UserError(f"{flag} does not apply to {method}: {what}")
+        takes = ", ".join(METHOD_OPTIONS[k].flag for k in spec.options["train"])
+        what = ("SVI takes --steps and --lr" if spec.kind == "svi" else
+                f"{method} takes no training option")
+        raise UserError(f"{flag} does not apply to {method}: {what} (its method options: "
+                        f"{takes})")
+    return spec.resolve("train", method_options or {})
 
 
 def fit_global(model, train, method: str, steps: int | None = None, seed: int = 0, *,
                src_vocab=None, tgt_vocab=None, lr: float | None = None, progress: bool = True,
                out=None, config: dict | None = None, model_spec: str | None = None,
-               **given) -> Run:
+               method_options: dict | None = None, **given) -> Run:
     """Infer the global latents of ``model`` (a NumPyro model declaring ``latents``) from
     every pair of ``train`` by ``method``; returns a run whose ``samples`` are the posterior
-    draws (module docstring). Options that do not apply are refused."""
-    spec = global_method(method)
+    draws (module docstring). ``method_options``: the method's own (``chains``, ``warmup``,
+    ``samples``, …; the registry's defaults where not given). Options that do not apply are
+    refused."""
+    spec = global_method(method, "train")
     if not global_latents(model):
         raise UserError(f"method {method!r} infers global latent variables; "
                         f"{type(model).__name__} declares none (`latents`)")
     if spec.requires and not declared(model, spec.requires):
         raise UserError(f"method {method!r} takes a model that declares `{spec.requires}`; "
                         f"{type(model).__name__} does not")
-    check_options(method, {"steps": steps, "lr": lr, **given})
+    mo = check_options(method, {"steps": steps, "lr": lr, **given}, method_options)
     enable_compilation_cache()
     data = one_batch(train)
     key = jax.random.PRNGKey(seed)
@@ -109,16 +112,16 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
               params={})
     t0 = time.perf_counter()
     if spec.requires == "conjugate":
-        samples = _fit_conjugate(model, data, spec, key, run, progress)
+        samples = _fit_conjugate(model, data, spec, mo, key, run, progress)
     elif spec.kind == "mcmc":
         kernel = {"NUTS": NUTS, "HMC": HMC}[spec.kernel](_program(model))
-        mcmc = MCMC(kernel, num_warmup=spec.warmup, num_samples=spec.samples,
-                    num_chains=spec.chains, chain_method="sequential", progress_bar=progress)
+        mcmc = MCMC(kernel, num_warmup=mo["warmup"], num_samples=mo["samples"],
+                    num_chains=mo["chains"], chain_method="sequential", progress_bar=progress)
         mcmc.run(key, data, extra_fields=("diverging",))
         samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
         diverging = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["diverging"])
         run.extra["sample_stats"] = {"diverging": diverging}
-        run.config.update(warmup=spec.warmup, samples=spec.samples, chains=spec.chains)
+        run.config.update(mo)
     else:
         opts = training_options(type(model), steps=steps, lr=lr)
         site = declared(model, "site")
@@ -127,14 +130,14 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
         svi = SVI(_program(model), guide, numpyro.optim.optax_to_numpyro(optax.adam(opts["lr"])),
                   TraceEnum_ELBO(max_plate_nesting=declared(model, "max_plate_nesting")))
         result = svi.run(key, opts["steps"], data, progress_bar=progress)
-        draws = Predictive(guide, params=result.params, num_samples=spec.samples)(
+        draws = Predictive(guide, params=result.params, num_samples=mo["samples"])(
             jax.random.fold_in(key, 1), data)
         samples = {k: np.asarray(v)[None] for k, v in draws.items()
                    if k in declared(model, "latents")}
         run.params = {k: np.asarray(v) for k, v in result.params.items()}
         losses = np.asarray(result.losses) / max(1, int(np.asarray(data.tgt_mask).sum()))
         run.history = [{"step": i + 1, "train_loss": float(v)} for i, v in enumerate(losses)]
-        run.config.update(steps=opts["steps"], lr=opts["lr"], samples=spec.samples)
+        run.config.update(steps=opts["steps"], lr=opts["lr"], **mo)
     seconds = time.perf_counter() - t0
     run.samples = samples
     run.extra.update(train_seconds=seconds, inference=spec.kind)
@@ -150,7 +153,7 @@ def fit_global(model, train, method: str, steps: int | None = None, seed: int = 
     return run
 
 
-def _fit_conjugate(model, data, spec, key, run, progress) -> dict:
+def _fit_conjugate(model, data, spec, mo, key, run, progress) -> dict:
     """``gibbs`` / ``vb`` on a model declaring ``conjugate`` (its ``aligner_spec``,
     ``conjugate_data`` and ``latent_values``): the posterior draws of its sites."""
     from .. import aligners as al
@@ -161,17 +164,17 @@ def _fit_conjugate(model, data, spec, key, run, progress) -> dict:
     seed = int(jax.random.randint(key, (), 0, 2 ** 31 - 1))
     if spec.kind == "mcmc":
         mcmc = wa.gibbs_chains(aspec, sizes, arrays, [jnp.zeros((0,), jnp.int32)],
-                               chains=spec.chains, warmup=spec.warmup, samples=spec.samples,
+                               chains=mo["chains"], warmup=mo["warmup"], samples=mo["samples"],
                                seed=seed, progress=progress, record_tables=True)
         z = mcmc.get_samples(group_by_chain=True)
         run.extra["sample_stats"] = {"lp": np.asarray(z["loglik"])}
-        run.config.update(warmup=spec.warmup, samples=spec.samples, chains=spec.chains)
+        run.config.update(mo)
         return {k: np.asarray(v) for k, v in
                 model.latent_values(z["log_theta"], z["log_dist"]).items()}
-    res = wa.vb_sweeps(aspec, sizes, arrays, iterations=spec.warmup, tol=1e-9,
+    res = wa.vb_sweeps(aspec, sizes, arrays, iterations=mo["iterations"], tol=mo["tol"],
                        progress=progress)
     counts_c, counts_b = (jnp.asarray(c) for c in res["counts"])
-    keys = jax.random.split(jax.random.fold_in(key, 1), spec.samples)
+    keys = jax.random.split(jax.random.fold_in(key, 1), mo["samples"])
 
     def draw(k):
         k1, k2 = jax.random.split(k)
@@ -182,7 +185,7 @@ def _fit_conjugate(model, data, spec, key, run, progress) -> dict:
     tokens = max(1, int(np.asarray(data.tgt_mask).sum()))
     run.history = [{"step": i + 1, "train_loss": -e / tokens, "elbo": e}
                    for i, e in enumerate(res["elbo"])]
-    run.config.update(sweeps=len(res["elbo"]), samples=spec.samples)
+    run.config.update(sweeps=len(res["elbo"]), **mo)
     return {k: np.asarray(v)[None] for k, v in model.latent_values(log_theta, log_dist).items()}
 
 

@@ -11,7 +11,7 @@ matters: the jumps' posterior is what a user asks about).
 The chain is summed out exactly by :class:`~ppl_attention.numpyro.structured.MonotonicAlignment`
 (the Markov family's banded forward recursion): the model's log-density is that of (θ, π) given
 the data, and NUTS, HMC or SVI with an autoguide infer them (``nuts``, …,
-:mod:`ppl_attention.core.global_method_specs`). Its own members give the per-token likelihood and
+:mod:`ppl_attention.core.method_specs`). Its own members give the per-token likelihood and
 the alignment marginals given the globals, which the tools condition on posterior draws.
 """
 

@@ -144,7 +144,7 @@ def compare_to_nuts(pairs, guides=("AutoNormal", "AutoDelta"), seed: int = 0, **
 class BayesianIBM2(AlignmentModel):
     """The model above under the NumPyro model contract — the registry's ``bayesian-ibm2`` —,
     trained by the methods for global latents (``nuts``, ``hmc``, ``svi-normal``,
-    ``svi-lowrank``, ``svi-delta``: :mod:`ppl_attention.core.global_method_specs`):
+    ``svi-lowrank``, ``svi-delta``: :mod:`ppl_attention.core.method_specs`):
 
         θ_e ~ Dirichlet(α·1)    one row per source word e (special tokens included)
         λ ~ Gamma(a, b)

@@ -47,7 +47,7 @@ def check(model_class, method) -> None:
     """Every Pyro model and every method of the registry run under Pyro; a NumPyro model is
     refused (it has no Pyro program), and so are the methods for global latents (NumPyro's
     MCMC and autoguides run them)."""
-    from ...core.global_method_specs import is_global_method
+    from ...core.method_specs import is_global_method
 
     _pyro_model(model_class)
     if is_global_method(method):
