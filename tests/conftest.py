@@ -7,7 +7,7 @@ import torch
 from ppl_attention.data import make_task, write_pharaoh, write_tsv
 
 # One intra-op thread in the test process: the tests' tensors are tiny, and on a busy 2-core
-# machine torch's OpenMP threads spin at their barriers (tests/test_seq2seq.py: 204 s with two
+# machine torch's OpenMP threads spin at their barriers (tests/pyro/test_seq2seq.py: 204 s with two
 # threads, 26 s with one, at load 4). Subprocesses (examples, torchrun, Ray workers) keep
 # torch's default.
 torch.set_num_threads(1)

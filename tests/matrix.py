@@ -1,9 +1,9 @@
 """The verification matrix: every method of the registry × every property × both backends is
-either checked by a test of ``tests/test_matrix.py`` or declared not applicable, with the reason
-(and that reason is itself checked). ``python tests/matrix.py`` runs those tests — both tiers:
-property c's fast form is in the default tier, its full-power form in the statistical one — and
-writes ``docs/verification.md``: method × property × backend, pass (every test of the cell
-passed) / n/a (reason) / FAIL.
+either checked by a test of ``tests/parity/test_matrix.py`` or declared not applicable, with the
+reason (and that reason is itself checked). ``python tests/matrix.py`` runs those tests — both
+tiers: property c's fast form is in the default tier, its full-power form in the statistical
+one — and writes ``docs/verification.md``: method × property × backend, pass (every test of the
+cell passed) / n/a (reason) / FAIL.
 
 Properties:
 
@@ -86,7 +86,7 @@ def not_applicable(method: str, prop: str, backend: str) -> str | None:
     if "arc-emissions" in spec.requires:
         return ("Seq2SeqAlignment's emission does not factor over arcs (no arc_emission_scores): "
                 "refused before any work; the method is checked on a model that has it in "
-                "tests/test_tree_attention.py")
+                "tests/pyro/test_tree_attention.py")
     if prop == "b" and spec.objective == "ReweightedWakeSleep":
         return "no NumPyro counterpart to compare with"
     if prop == "c" and spec.objective == "ReweightedWakeSleep":
@@ -107,7 +107,7 @@ def global_not_applicable(method: str, prop: str, backend: str) -> str | None:
     if spec.requires:
         return (f"takes a model that declares `{spec.requires}` (the word aligners), not the "
                 f"matrix's bayesian-ibm2; against NUTS on word-ibm1 and word-ibm2 in "
-                f"tests/test_word_aligner_models.py")
+                f"tests/numpyro/test_word_aligner_models.py")
     if prop == "h" and spec.kind != "mcmc":
         return "SVI: no chains to diagnose"
     if prop == "i" and spec.kernel == "NUTS":
@@ -145,8 +145,8 @@ def render(outcomes: dict) -> tuple[list[str], list]:
     PASSED only if every test of the cell passed), and the cells no test reported."""
     lines = ["# Verification matrix", "",
              "Every method × property × backend, as `python tests/matrix.py` last ran it (the "
-             "tests are `tests/test_matrix.py`, in the default tier — property c there in its "
-             "fast form, its full-power form in the statistical tier; NumPyro's f there for "
+             "tests are `tests/parity/test_matrix.py`, in the default tier — property c there in "
+             "its fast form, its full-power form in the statistical tier; NumPyro's f there for "
              "exact, vae-sample, dirichlet and hmm-exact, for the other methods in the "
              "integration tier; each property's meaning is "
              "in the docstring of `tests/matrix.py`). **pass**: the property was checked and "

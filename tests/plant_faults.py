@@ -2,7 +2,8 @@
 monotonic chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing
 silently (u1–u10), of generated docs (v1), run the tests that should catch it, report, and
 restore the file: ``python tests/plant_faults.py [a b … m1 …]``. What it printed
-is in the docstrings of tests/test_matrix.py, tests/test_monotonic.py and tests/test_device.py.
+is in the docstrings of tests/parity/test_matrix.py, tests/structures/test_monotonic.py and
+tests/pyro/test_meta_device.py.
 The selected tests run in whichever tier they are in; a property with a fast form selects that
 form (``c``), so its fault is shown caught by the default tier."""
 import subprocess
@@ -35,93 +36,94 @@ FAULTS = [
   "    return torch.where(mask, scores, torch.full_like(scores, -torch.inf)).softmax(-1)\n",
   "    return scores.softmax(-1)\n",
   "test_g_padding and soft-pyro"),
- # the monotonic chain (tests/test_monotonic.py): recursion, Viterbi, FFBS, both backends
+ # the monotonic chain (tests/structures/test_monotonic.py): recursion, Viterbi, FFBS, both backends
  ("m1", "ppl_attention/pyro/structured.py",
   "cands = padded.unfold(-1, S, 1).flip(-2).transpose(-1, -2) + aligned_t",
   "cands = padded.unfold(-1, S, 1).transpose(-1, -2) + aligned_t",
-  "tests/test_monotonic.py::test_torch_chain_equals_brute_force"),
+  "tests/structures/test_monotonic.py::test_torch_chain_equals_brute_force"),
  ("m2", "ppl_attention/pyro/structured.py",
   "            prev = (j - arg + m).clamp(0, S - 1)  # the best i for each j",
   "            prev = (j - arg).clamp(0, S - 1)",
-  "tests/test_monotonic.py::test_torch_chain_equals_brute_force"),
+  "tests/structures/test_monotonic.py::test_torch_chain_equals_brute_force"),
  ("m3", "ppl_attention/pyro/structured.py",
   "                logits = torch.where(inner, logits + tr, logits)\n", "",
-  "tests/test_monotonic.py::test_torch_chain_equals_brute_force"),
+  "tests/structures/test_monotonic.py::test_torch_chain_equals_brute_force"),
  ("m4", "ppl_attention/numpyro/structured.py",
   "        ll = jnp.concatenate([log_z[:, :1], log_z[:, 1:] - log_z[:, :-1]], 1)",
   "        ll = jnp.concatenate([log_z[:, :1], log_z[:, 1:] - log_z[:, :-1] + 1e-7], 1)",
-  "tests/test_monotonic.py::test_jax_chain_equals_brute_force"),
+  "tests/structures/test_monotonic.py::test_jax_chain_equals_brute_force"),
  ("m5", "ppl_attention/numpyro/structured.py",
   "            logits = jnp.where(inner, f_t + jnp.where(ok, tr, FLOOR), f_t)",
   "            logits = jnp.where(inner, f_t + jnp.where(ok, 0.0, FLOOR), f_t)",
-  "tests/test_monotonic.py::test_jax_chain_equals_brute_force"),
- # device correctness on the meta device (tests/test_device.py): a tensor made on the CPU
+  "tests/structures/test_monotonic.py::test_jax_chain_equals_brute_force"),
+ # device correctness on the meta device (tests/pyro/test_meta_device.py): a tensor made on the CPU
  ("dev1", "ppl_attention/pyro/models/seq2seq.py",
   "        rows = torch.arange(B, device=emis.device)\n", "        rows = torch.arange(B)\n",
-  "tests/test_device.py"),
+  "tests/pyro/test_meta_device.py"),
  ("dev2", "ppl_attention/pyro/models/bam_classifier.py",
-  "dtype=torch.bool, device=h.device)", "dtype=torch.bool)", "tests/test_device.py"),
+  "dtype=torch.bool, device=h.device)", "dtype=torch.bool)", "tests/pyro/test_meta_device.py"),
  ("dev3", "ppl_attention/common/devices.py",
   "    with jax.default_device(jax_device(spec)):\n        yield\n",
   "    jax_device(spec)\n    yield\n",
-  "tests/test_devices.py::test_numpyro_training_follows_the_default_jax_device"),
- # calibration (tests/test_calibration.py)
+  "tests/cli/test_device_option.py::test_numpyro_training_follows_the_default_jax_device"),
+ # calibration (tests/tools/test_calibration.py)
  ("cal1", "ppl_attention/analysis/sbc.py",
   "    return below + rng.integers(0, ties + 1)\n", "    return below\n",
-  "tests/test_calibration.py::test_ranks_with_random_ties_are_uniform_under_calibration"),
+  "tests/tools/test_calibration.py::test_ranks_with_random_ties_are_uniform_under_calibration"),
  ("cal2", "ppl_attention/analysis/sbc.py",
   "        include = np.clip((level - m_before) / np.maximum(p_truth, 1e-300), 0.0, 1.0)\n",
   "        include = (m_before < level).astype(float)\n",
-  "tests/test_calibration.py::test_randomized_sets_cover_at_exactly_their_level"),
+  "tests/tools/test_calibration.py::test_randomized_sets_cover_at_exactly_their_level"),
  ("b1", "ppl_attention/numpyro/models/base.py",
   """        program = handlers.block(handlers.condition(program, data=globals_),
                                  hide=list(globals_))""",
   "        program = handlers.condition(program, data=globals_)",
-  "tests/test_bayes.py::test_likelihood_given_the_globals_is_the_direct_sum"),
- # the NumPyro model contract (tests/test_numpyro_contract.py)
+  "tests/numpyro/test_bayes.py::test_likelihood_given_the_globals_is_the_direct_sum"),
+ # the NumPyro model contract (tests/numpyro/test_numpyro_contract.py)
  ("n1", "ppl_attention/numpyro/models/base.py",
   "ll = jax.nn.logsumexp(joint, 0) if enumerated",
   "ll = jnp.max(joint, 0) if enumerated",
-  "tests/test_numpyro_contract.py::test_generic_exact_members_equal_brute_force_and_the_pyro_twin"),
+  "tests/numpyro/test_numpyro_contract.py::test_generic_exact_members_equal_brute_force_and_the_pyro_twin"),
  ("n2", "ppl_attention/numpyro/inference/fit.py",
   """        opt = _restore_optimizer(opt, (resume.optimizer_state or {}).get("numpyro_leaves"),
                                  "--resume")
 """, "        pass\n",
-  "tests/test_numpyro_contract.py::test_a_numpyro_run_saved_and_resumed_gives_the_identical_next_losses"),
+  "tests/numpyro/test_numpyro_contract.py::test_a_numpyro_run_saved_and_resumed_gives_the_identical_next_losses"),
  ("p1", "ppl_attention/numpyro/inference/cache.py",
   "(code_fingerprint() + identity + str(jax.devices()[0]))",
   "(code_fingerprint() + str(jax.devices()[0]))",
-  "tests/test_numpyro_contract.py::test_a_kept_traced_step_gives_the_steps_numbers_and_is_reused_only_under_its_key"),
- # dependency trees (tests/test_trees.py) and the latent tree's estimator (tests/test_matrix.py)
+  "tests/numpyro/test_numpyro_contract.py::test_a_kept_traced_step_gives_the_steps_numbers_and_is_reused_only_under_its_key"),
+ # dependency trees (tests/structures/test_trees.py) and the latent tree's estimator
+ # (tests/parity/test_matrix.py)
  ("t1", "ppl_attention/pyro/trees.py",
   "        return lambda x: _SampleSelect.apply(x, _gumbel(x.detach()))",
   "        return lambda x: _SampleSelect.apply(x, 0.5 * _gumbel(x.detach()))",
-  "tests/test_trees.py::test_exact_draws_pass_chi_square"),
+  "tests/structures/test_trees.py::test_exact_draws_pass_chi_square"),
  ("t2", "ppl_attention/pyro/trees.py",
   """            theta[..., :, m] = torch.where(keep | ~real[..., m:m + 1], theta[..., :, m],
                                            torch.full_like(theta[..., :, m], FLOOR))
-""", "", "tests/test_trees.py::test_exact_draws_pass_chi_square"),
+""", "", "tests/structures/test_trees.py::test_exact_draws_pass_chi_square"),
  ("t3", "ppl_attention/numpyro/trees.py",
   "        lap = jnp.concatenate([r[..., None, :], lap[..., 1:, :]], -2)\n", "",
-  "tests/test_trees.py::test_equals_brute_force"),
+  "tests/structures/test_trees.py::test_equals_brute_force"),
  ("t4", "ppl_attention/pyro/trees.py",
   "        il_e = grow(il_e, x + theta.diagonal(-k, -2, -1), k, True)  # arc t → s",
   "        il_e = grow(il_e, x + theta.diagonal(k, -2, -1), k, True)  # arc t → s",
-  "tests/test_trees.py::test_equals_brute_force"),
+  "tests/structures/test_trees.py::test_equals_brute_force"),
  ("c2", "ppl_attention/pyro/inference/elbo.py",
   "            surrogate = surrogate + ((reward - b).detach() * score).sum()",
   "            surrogate = surrogate + 0 * ((reward - b).detach() * score).sum()",
   "test_c_unbiased and not full_power and tree-sample-pyro"),
- # the importance-corrected posterior (tests/test_importance.py)
+ # the importance-corrected posterior (tests/tools/test_importance.py)
  ("i1", "ppl_attention/common/importance_weights.py",
   '    return np.einsum("kb,kb...->b...", np.asarray(w), np.asarray(values, dtype=np.float64))',
   '    return np.einsum("kb,kb...->b...", np.full_like(w, 1.0 / len(w)), np.asarray(values))',
-  "tests/test_importance.py::test_corrected_marginals_converge_to_the_exact_ones"),
+  "tests/tools/test_importance.py::test_corrected_marginals_converge_to_the_exact_ones"),
  ("i2", "ppl_attention/pyro/inference/importance.py",
   "        log_w.append(_per_pair(mt, batch) - lq)",
   "        log_w.append(_per_pair(mt, batch))",
-  "tests/test_importance.py::test_corrected_marginals_converge_to_the_exact_ones"),
- # a user's model never fails silently (tests/test_divergence.py, test_tree_tools.py,
+  "tests/tools/test_importance.py::test_corrected_marginals_converge_to_the_exact_ones"),
+ # a user's model never fails silently (tests/tools/test_divergence.py, test_tree_tools.py,
  # test_numpyro.py, test_contract.py, test_figures.py)
  ("u1", "ppl_attention/numpyro/distributions.py",
   """        log_g = jax.random.loggamma(key, jnp.broadcast_to(self.concentration, shape))
@@ -129,45 +131,45 @@ FAULTS = [
   """        g = jax.random.gamma(key, jnp.broadcast_to(self.concentration, shape))
         g = jnp.maximum(g, jnp.finfo(g.dtype).tiny) * self.source_mask
         return g / g.sum(-1, keepdims=True)""",
-  "tests/test_numpyro.py::test_dirichlet_gradients_stay_finite_for_tiny_concentrations"),
+  "tests/numpyro/test_numpyro.py::test_dirichlet_gradients_stay_finite_for_tiny_concentrations"),
  ("u2", "ppl_attention/numpyro/traces.py",
   '            msg["intermediates"] = list(self.trace[msg["name"]].get("intermediates") or [])',
   "            pass",
-  "tests/test_numpyro.py::test_relaxed_draws_are_scored_by_their_exact_log_on_both_sides_of_the_elbo"),
+  "tests/numpyro/test_numpyro.py::test_relaxed_draws_are_scored_by_their_exact_log_on_both_sides_of_the_elbo"),
  ("u3", "ppl_attention/pyro/inference/fit.py",
   """        check_step(step + 1, method, loss, float(norm), discrete=discrete, advice=advice,
                    first_loss=run.extra.get("first_loss"))""", "",
-  "tests/test_divergence.py::test_a_planted_divergence_is_stopped_named_and_refused"),
+  "tests/tools/test_divergence.py::test_a_planted_divergence_is_stopped_named_and_refused"),
  ("u4", "ppl_attention/numpyro/inference/fit.py",
   """            check_step(step + 1, method, loss, norm, discrete=discrete, advice=advice,
                        first_loss=run.extra.get("first_loss"))""", "            pass",
-  "tests/test_divergence.py::test_a_planted_divergence_is_stopped_named_and_refused"),
+  "tests/tools/test_divergence.py::test_a_planted_divergence_is_stopped_named_and_refused"),
  ("u5", "ppl_attention/pyro/models/base.py",
   "    trace = poutine.trace(enum).get_trace(batch, enumerate_z=not deterministic)",
   "    trace = poutine.trace(enum).get_trace(batch, enumerate_z=True)",
-  "tests/test_tree_tools.py::test_tree_marginals_is_scored_by_its_own_program"),
+  "tests/cli/test_tree_tools.py::test_tree_marginals_is_scored_by_its_own_program"),
  ("u6", "ppl_attention/pyro/inference/evaluate.py",
   "    if posterior and \"arc-emissions\" in capabilities(model):",
   "    if False:",
-  "tests/test_tree_tools.py::test_tree_exact_is_scored_and_aligned_by_its_exact_posterior"),
+  "tests/cli/test_tree_tools.py::test_tree_exact_is_scored_and_aligned_by_its_exact_posterior"),
  ("u7", "ppl_attention/pyro/models/base.py",
   "            program = poutine.condition(model.model, data={site: whole})\n", "",
-  "tests/test_tree_tools.py::test_calibrate_on_tree_exact_passes_and_catches_a_planted_distortion"),
+  "tests/cli/test_tree_tools.py::test_calibrate_on_tree_exact_passes_and_catches_a_planted_distortion"),
  ("u8", "ppl_attention/pyro/inference/evaluate.py",
   "    with seeded(seed):\n        for b in _progress(batches, \"NLL\" if exact",
   "    with contextlib.nullcontext():\n        for b in _progress(batches, \"NLL\" if exact",
-  "tests/test_figures.py::test_evaluate_gives_the_same_figure_for_the_same_seed"),
+  "tests/tools/test_figures.py::test_evaluate_gives_the_same_figure_for_the_same_seed"),
  ("u9", "ppl_attention/core/method_specs.py",
   """               "categorical", "prior", "TraceGraph_ELBO", baseline="soft"),""",
   """               "categorical", "prior", "TraceGraph_ELBO"),""",
-  "tests/test_contract.py::test_the_contract_tables_in_the_docs_are_the_registrys"),
+  "tests/pyro/test_contract.py::test_the_contract_tables_in_the_docs_are_the_registrys"),
  # generated docs checked (tests/test_generated_docs.py): a stale line in the matrix's document
  ("v1", "docs/verification.md", "| `dirichlet` | pyro: pass", "| `dirichlet` | pyro: FAIL",
   "tests/test_generated_docs.py::test_verification_md_is_what_the_matrix_writes"),
  ("u10", "ppl_attention/tools/sweep.py",
   "        diff = sorted(k for k in set(old) | set(fixed) if old.get(k) != fixed.get(k))",
   "        diff = [k for k in fixed if k in old and old[k] != fixed[k]]",
-  "tests/test_divergence.py::test_compare_marks_a_diverged_row_and_leaves_it_out"),
+  "tests/tools/test_divergence.py::test_compare_marks_a_diverged_row_and_leaves_it_out"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:
@@ -178,7 +180,7 @@ for prop, path, old, new, sel in FAULTS:
     assert text.count(old) == 1, (prop, old)
     open(full, "w").write(text.replace(old, new))
     try:
-        target = [sel] if sel.startswith("tests/") else ["tests/test_matrix.py", "-k", sel]
+        target = [sel] if sel.startswith("tests/") else ["tests/parity/test_matrix.py", "-k", sel]
         # -m "": the selected tests in whichever tier they are; pytest's exit status 1 (tests
         # failed) is a catch, any other (5: nothing selected, 2-4: errors) is not
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:warnings",

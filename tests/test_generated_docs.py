@@ -3,7 +3,7 @@ is what ``python tests/matrix.py`` writes when every cell of the verification ma
 (the tiers run every one of those tests, so a committed document with a FAIL, a MISSING cell, a
 method the registry no longer has or one it gained since is stale). Regenerate it with
 ``python tests/matrix.py``. (The contract tables of ``docs/architecture.md`` are checked in
-``tests/test_contract.py``.)"""
+``tests/pyro/test_contract.py``.)"""
 
 import difflib
 import sys

@@ -141,7 +141,7 @@ def _svb(wa, spec, corpus, opts, seed) -> dict:
 
 
 #: each registry method's runner: (word_alignment module, aligner, corpus, options, seed) →
-#: result (tests/test_wordalign_cli.py checks that the keys are the registry's)
+#: result (tests/cli/test_method_registry.py checks that the keys are the registry's)
 RUNNERS = {"gibbs": _gibbs, "vb": _vb, "svb": _svb}
 
 

@@ -83,7 +83,7 @@ from ppl_attention.pyro.models import base
 from ppl_attention.pyro.models.seq_vae_diagnostics import latent_diagnostics
 from ppl_attention.pyro.structured import MonotonicAlignment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = (str(Path(pa.__file__).parent), str(ROOT / "examples"))  # wherever it is imported from
 TORCH = str(Path(torch.__file__).parent)
 META = torch.device("meta")

@@ -21,7 +21,7 @@ from ppl_attention.data import Vocab, make_batches, make_task
 from ppl_attention.pyro.inference import get_method
 from ppl_attention.pyro.models import base
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "examples" / "tutorial"
 SPEC = f"{TUTORIAL / 'diagonal.py'}:DiagonalAlignment"
 SMALL = ["--steps", "30", "--batch-size", "32", "--valid-every", "15", "--lr", "0.05"]

@@ -17,7 +17,7 @@ from ppl_attention.core.errors import DataError
 from ppl_attention.data.bags import read_bags
 from ppl_attention.data.kinds import data_kind
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "examples" / "tutorial"
 PYRO = f"{TUTORIAL / 'diagonal.py'}:DiagonalAlignment"
 NUMPYRO = f"{TUTORIAL / 'diagonal_numpyro.py'}:DiagonalAlignment"

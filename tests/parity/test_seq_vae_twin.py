@@ -33,6 +33,7 @@ def _jax_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PPL_ATTENTION_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "jax"))
 
 
+@pytest.mark.integration
 def test_check_twin_passes_for_every_method_both_train(capsys):
     """Free bits on (λ = 0.5 nats), so the guide's correction to the KL is compared too."""
     capsys.readouterr()

@@ -186,7 +186,7 @@ def test_numpyro_mirror_equals_pyro_on_the_same_weights(kw):
     enumerated loss of ``exact``) equals the hand-computed
     −(log p(x | z) + log p(z) − log q(z | x) − Σ_d relu(λ − KL_d)) at the guide's draw, summed
     over the real rows (a padded row's z and free bits are masked out). The twins' losses and
-    gradients per method: tests/test_seq_vae_twin.py."""
+    gradients per method: tests/parity/test_seq_vae_twin.py."""
     import jax
     import numpy as np
     from numpyro import handlers

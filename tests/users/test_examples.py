@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: the largest error of the learned alignment table, as docs/results.md quotes it (seed 0)
 DOCUMENTED = {"categorical_exact.py": "0.030", "categorical_vae.py": "0.033",
               "relaxed_categorical.py": "0.14", "dirichlet.py": "0.15",

@@ -26,7 +26,7 @@ from ppl_attention.pyro.inference import Run
 from ppl_attention.pyro.models.base import exact_token_log_likelihood, simulate
 from ppl_attention.pyro.trees import DependencyTree, tree_log_likelihood
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 from tagged_trees import write_tagged_trees  # noqa: E402
 

@@ -33,7 +33,7 @@ from ppl_attention.numpyro.inference.methods import get_method
 from ppl_attention.numpyro.jax_batches import to_jax
 from ppl_attention.numpyro.models import base
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "examples" / "tutorial"
 NUMPYRO_SPEC = f"{TUTORIAL / 'diagonal_numpyro.py'}:DiagonalAlignment"
 PYRO_SPEC = f"{TUTORIAL / 'diagonal.py'}:DiagonalAlignment"
@@ -216,6 +216,7 @@ def _through_every_tool(compared, data_dir, spec, capsys, tmp_path):
     assert all(d["elbo_gap"] >= -0.05 for d in diag)  # ELBO ≤ log p, up to draws
 
 
+@pytest.mark.integration
 def test_check_twin_passes_on_the_tutorial_pair(capsys):
     """Three loss kinds of the NumPyro loop: enumerated in the model, a sampled reparameterized
     guide at the Pyro guide's draws, a closed-form KL with the family's own parameters (every

@@ -21,7 +21,7 @@ from ppl_attention.data.formulas import formula
 from ppl_attention.pyro.models.base import capabilities, check_method
 from ppl_attention.pyro.trees import heads_to_arcs
 
-sys.path.insert(0, str(Path(__file__).parent / "models"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 from head_labels import HeadLabeller  # noqa: E402
 
 

@@ -184,7 +184,7 @@ def test_a_model_that_cannot_simulate_its_targets_is_refused(tmp_path, data_dir,
                                                             monkeypatch):
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.syspath_prepend(str(root / "examples" / "tutorial"))
     f = tmp_path / "factor.py"
     f.write_text(FACTOR_MODEL)

@@ -23,7 +23,7 @@ from ppl_attention.core.divergence import (
     check_step,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "examples" / "tutorial"
 PYRO = f"{TUTORIAL / 'diagonal.py'}:DiagonalAlignment"
 NUMPYRO = f"{TUTORIAL / 'diagonal_numpyro.py'}:DiagonalAlignment"

@@ -2,7 +2,8 @@
 (both backends, every command that computes); ``--device cpu`` is today's default, to the last
 digit; a sweep spreads its jobs over the GPUs, one device per job; the NumPyro side computes on
 whatever JAX device is made the default — shown on a second host device, as JAX offers several
-CPU devices when asked (the NumPyro analogue of tests/test_device.py's meta device: an array a
+CPU devices when asked (the NumPyro analogue of tests/pyro/test_meta_device.py's meta device: an
+array a
 program pinned to the first device would land there instead).
 
 Planted fault, caught: ``jax_default_device`` yielding without entering ``jax.default_device``
@@ -20,7 +21,7 @@ import pytest
 from ppl_attention.cli import main
 from ppl_attention.common import devices
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_device_specs_are_checked_and_cuda_without_a_gpu_is_refused(monkeypatch):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTENT = f"{ROOT / 'tests' / 'models' / 'content_numpyro.py'}:ContentAlignment"
 
 
@@ -47,6 +47,7 @@ def test_importing_the_numpyro_side_loads_neither_torch_nor_pyro():
     assert out == {"torch": False, "pyro": False, "rc": 0}
 
 
+@pytest.mark.integration
 def test_a_numpyro_only_run_never_imports_torch_or_pyro(tmp_path):
     from ppl_attention.data import make_task
 

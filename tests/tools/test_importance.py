@@ -66,6 +66,7 @@ def _error(run, b, k, reps, wrap=None):
     return float(np.mean(errs))
 
 
+@pytest.mark.statistical
 def test_corrected_marginals_converge_to_the_exact_ones(run):
     """The guide made wider than it was trained (logits halved): far from the exact posterior
     as it stands, a proposal whose weights the correction must use."""

@@ -310,6 +310,7 @@ def test_every_score_same_weights_same_values_and_projected_keys_agree(name):
                                    rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_bucketed_training_compiles_once_per_bucket_shape_and_padding_changes_no_number():
     """NumPyro pads every batch to bucket lengths (ppl_attention.numpyro.jax_batches.BUCKETS), so a
     corpus of many length pairs compiles once per bucket shape — counted in the run's metrics —

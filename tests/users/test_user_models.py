@@ -3,7 +3,7 @@ tool, on both backends: the multiple-instance classifier on bags (``tests/user_m
 bag_classifier.py`` and its NumPyro mirror), a tagger whose attention reads a latent dependency
 tree (``tests/user_models/tree_tagger.py``) and a content aligner written in NumPyro alone
 (``tests/models/content_numpyro.py``). (The tutorial's models go through every method on both
-backends in the verification matrix, ``tests/test_matrix.py``, and for 300 steps in
+backends in the verification matrix, ``tests/parity/test_matrix.py``, and for 300 steps in
 ``benchmarks/finite_losses.py``.)
 
 Each model is trained by ``compare`` with its default methods (all it declares on its backend);
@@ -28,7 +28,7 @@ from ppl_attention.cli import main
 from ppl_attention.data import make_task, write_pharaoh, write_tsv
 from ppl_attention.data.bags import digit_bags
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 from tagged_trees import write_tagged_trees  # noqa: E402
 

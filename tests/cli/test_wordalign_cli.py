@@ -486,6 +486,7 @@ def test_wordalign_vb_posterior_file(vb_run):
         report["reverse_elbo"])
 
 
+@pytest.mark.integration
 def test_wordalign_hmm_gibbs_runs(tmp_path, task, capsys):
     pairs = _write_corpus(tmp_path, task)
     rc, out, err = _run(["wordalign", "-i", str(tmp_path / "corpus"), "--model", "hmm",

@@ -1,0 +1,42 @@
+"""Brute force for the structure tests, independent of the library: every structure enumerated
+in NumPy float64, its score summed part by part from the potentials, and from the list of
+(event, score) every quantity a structured distribution reports. Shared by the structure tests,
+which run it against both backends."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+
+def chain_structures(n: int, t: int, length: int):
+    """(event [n, t, t], labels) of every label sequence of ``length`` (SynJax's convention:
+    event[i, y_{i−1}, y_i] = 1, y_{−1} = 0)."""
+    for labels in itertools.product(range(t), repeat=length):
+        ev = np.zeros((n, t, t))
+        prev = 0
+        for i, b in enumerate(labels):
+            ev[i, prev, b] = 1.0
+            prev = b
+        yield ev, labels
+
+
+def summary(events: np.ndarray, theta: np.ndarray, other: np.ndarray | None = None) -> dict:
+    """From ``events [K, *event]`` and potentials: log Z, marginals, entropy, the best event and
+    its score, every event's log-probability, and against ``other`` potentials the
+    cross-entropy and KL."""
+    axes = tuple(range(1, events.ndim))
+    scores = (events * theta).sum(axes)
+    log_z = np.logaddexp.reduce(scores)
+    logp = scores - log_z
+    p = np.exp(logp)
+    out = dict(log_z=log_z, marginals=np.tensordot(p, events, 1), entropy=-(p * logp).sum(),
+               best=events[scores.argmax()], best_score=scores.max(), log_p=logp,
+               events=events, probs=p)
+    if other is not None:
+        q_scores = (events * other).sum(axes)
+        log_q = q_scores - np.logaddexp.reduce(q_scores)
+        out["cross_entropy"] = -(p * log_q).sum()
+        out["kl"] = (p * (logp - log_q)).sum()
+    return out
