@@ -7,6 +7,7 @@ The public surface::
 
 The package is one folder per floor, read from the bottom (docs/architecture.md): ``core``
 (pure Python: errors, checks, the family and method registries, numerical constants), ``data``,
+``structures`` (each structured distribution's recursion, written once for both backends),
 ``common`` (the model contract and registry, run directories, metrics — what both backends
 build on), the two sibling backends ``pyro`` and ``numpyro`` (the same module names on both
 sides), ``tools`` (experiment, sweep, parity), ``analysis`` (ArviZ) and ``cli``.
@@ -32,7 +33,7 @@ __version__ = "0.1.0"
 _NAMES = {
     "attend": "pyro.attend", "broadcast_source_mask": "pyro.attend",
     "MaskedDirichlet": "pyro.distributions", "MaskedRelaxedCategorical": "pyro.distributions",
-    "DependencyTree": "pyro.trees",
+    "DependencyTree": "pyro.trees", "LinearChainCRF": "pyro.crfs",
     **{n: "pyro.families" for n in ("FAMILIES", "Categorical", "Dirichlet", "Family",
                                     "GaussianContext", "LogNormal", "MarkovCategorical",
                                     "RelaxedCategorical", "SegmentCRF", "Soft", "Tree",
@@ -46,6 +47,7 @@ _NAMES = {
 _SUBPACKAGES = {
     "analysis": "analysis", "numpyro": "numpyro", "pyro": "pyro", "data": "data",
     "core": "core", "common": "common", "tools": "tools", "cli": "cli",
+    "structures": "structures",
     "models": "pyro.models", "inference": "pyro.inference", "errors": "core.errors",
     "structured": "pyro.structured", "trees": "pyro.trees",
     "importance": "common.importance_weights",

@@ -1,8 +1,9 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the
 monotonic chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing
-silently (u1–u10), of generated docs (v1), run the tests that should catch it, report, and
-restore the file: ``python tests/plant_faults.py [a b … m1 …]``. What it printed
-is in the docstrings of tests/parity/test_matrix.py, tests/structures/test_monotonic.py and
+silently (u1–u10), of generated docs (v1), of the structure library (s1–s4), run the tests
+that should catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
+What it printed is in the docstrings of tests/parity/test_matrix.py,
+tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
 tests/pyro/test_meta_device.py.
 The selected tests run in whichever tier they are in; a property with a fast form selects that
 form (``c``), so its fault is shown caught by the default tier."""
@@ -170,6 +171,23 @@ FAULTS = [
   "        diff = sorted(k for k in set(old) | set(fixed) if old.get(k) != fixed.get(k))",
   "        diff = [k for k in fixed if k in old and old[k] != fixed[k]]",
   "tests/tools/test_divergence.py::test_compare_marks_a_diverged_row_and_leaves_it_out"),
+ # the structure library (tests/structures/test_linear_chain.py)
+ ("s1", "ppl_attention/structures/torch_ops.py",
+  "        pick = (x - torch.log(-torch.log(u))).argmax(ctx.dim, keepdim=True)",
+  "        pick = (x - 0.5 * torch.log(-torch.log(u))).argmax(ctx.dim, keepdim=True)",
+  "tests/structures/test_linear_chain.py::test_exact_draws_pass_chi_square"),
+ ("s2", "ppl_attention/structures/jax_ops.py",
+  "    pick = jax.random.categorical(key, x, axis=dim)",
+  "    pick = jax.random.categorical(key, 2 * x, axis=dim)",
+  "tests/structures/test_linear_chain.py::test_exact_draws_pass_chi_square"),
+ ("s3", "ppl_attention/structures/linear_chain.py",
+  "            return ops.where((i < lengths)[..., None], new, alpha)",
+  "            return new",
+  "tests/structures/test_linear_chain.py::test_every_operation_equals_brute_force"),
+ ("s4", "ppl_attention/structures/linear_chain.py",
+  "        if events[..., 0, 1:, :].any():",
+  "        if False:",
+  "tests/structures/test_linear_chain.py::test_bad_input_is_refused_in_one_line"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -40,3 +40,16 @@ def summary(events: np.ndarray, theta: np.ndarray, other: np.ndarray | None = No
         out["cross_entropy"] = -(p * log_q).sum()
         out["kl"] = (p * (logp - log_q)).sum()
     return out
+
+
+def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Pearson's chi-square p-value of ``counts`` against ``probs``, the cells expected fewer
+    than 5 times pooled into one (the test's approximation needs them)."""
+    from scipy.stats import chisquare
+
+    expected = probs * counts.sum()
+    small = expected < 5
+    if small.any():
+        counts = np.append(counts[~small], counts[small].sum())
+        expected = np.append(expected[~small], expected[small].sum())
+    return float(chisquare(counts, expected).pvalue)

@@ -1,0 +1,47 @@
+"""Structured distributions of the structure library (:mod:`ppl_attention.structures`) as
+NumPyro distributions — a ``numpyro.sample`` site like any other; the mirror of
+:mod:`ppl_attention.pyro.crfs`, from the same recursion on JAX's operation table."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from numpyro.distributions import Distribution, constraints
+from numpyro.distributions.kl import kl_divergence
+
+from ..structures import jax_ops
+from ..structures.distribution import StructuredDistribution
+from ..structures.linear_chain import LinearChain
+
+__all__ = ["LinearChainCRF"]
+
+
+class _JaxStructured(StructuredDistribution, Distribution):
+    ops = jax_ops
+    arg_constraints: dict = {}
+    support = constraints.boolean
+    has_enumerate_support = True
+
+    def __init__(self, log_potentials, lengths=None, *, validate_args=None):
+        batch_shape, event_shape = self._make_structure(jnp.asarray(log_potentials), lengths)
+        super().__init__(batch_shape, event_shape, validate_args=False)
+
+    def sample(self, key, sample_shape=()):
+        """Exact draws ``[*sample_shape, batch, *event]``."""
+        return self.structure.sample(tuple(sample_shape), key)
+
+    def expand(self, batch_shape):
+        batch_shape = tuple(batch_shape)
+        pot = jnp.broadcast_to(self.log_potentials, batch_shape + self.event_shape)
+        return type(self)(pot, jnp.broadcast_to(self.lengths, batch_shape))
+
+
+class LinearChainCRF(_JaxStructured):
+    """As :class:`ppl_attention.pyro.crfs.LinearChainCRF`: ``log_potentials [..., n, t, t]``,
+    ``lengths [...]``; events are indicator arrays of the potentials' shape."""
+
+    structure_class = LinearChain
+
+
+@kl_divergence.register(LinearChainCRF, LinearChainCRF)
+def _kl_chain(p, q):
+    return p.kl_divergence(q)

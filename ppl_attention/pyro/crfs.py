@@ -1,0 +1,56 @@
+"""Structured distributions of the structure library (:mod:`ppl_attention.structures`) as
+``torch.distributions.Distribution`` — a ``pyro.sample`` site like any other. Each structure's
+recursion is written once there; this module gives it PyTorch's operation table and the
+distribution's interface. The NumPyro mirror is :mod:`ppl_attention.numpyro.crfs`.
+"""
+
+from __future__ import annotations
+
+import torch
+from pyro.distributions import TorchDistribution
+from torch.distributions import constraints
+from torch.distributions.kl import register_kl
+
+from ..structures import torch_ops
+from ..structures.distribution import StructuredDistribution
+from ..structures.linear_chain import LinearChain
+
+__all__ = ["LinearChainCRF"]
+
+
+class _TorchStructured(StructuredDistribution, TorchDistribution):
+    ops = torch_ops
+    arg_constraints: dict = {}
+    support = constraints.boolean
+    has_enumerate_support = True
+
+    def __init__(self, log_potentials: torch.Tensor, lengths=None, validate_args=None):
+        batch_shape, event_shape = self._make_structure(log_potentials, lengths)
+        super().__init__(torch.Size(batch_shape), torch.Size(event_shape),
+                         validate_args=False)
+
+    def sample(self, sample_shape=()):
+        """Exact draws ``[*sample_shape, batch, *event]`` (torch's global generator, seeded by
+        ``pyro.set_rng_seed``)."""
+        return self.structure.sample(tuple(sample_shape))
+
+    def expand(self, batch_shape, _instance=None):
+        batch_shape = torch.Size(batch_shape)
+        pot = self.log_potentials.expand(batch_shape + self.event_shape)
+        return type(self)(pot, self.lengths.expand(batch_shape))
+
+
+class LinearChainCRF(_TorchStructured):
+    """A linear-chain CRF in SynJax's convention (:mod:`ppl_attention.structures.linear_chain`):
+    ``log_potentials [..., n, t, t]`` — ``[i, a, b]`` scores label a at position i−1 followed
+    by label b at i; at i = 0 only row a = 0 counts —, ``lengths [...]`` in 1 … n (None: n).
+    An event is the indicator array of the potentials' shape (0 past a row's length);
+    :func:`~ppl_attention.structures.linear_chain.labels_to_event` and
+    :func:`~ppl_attention.structures.linear_chain.event_to_labels` convert."""
+
+    structure_class = LinearChain
+
+
+@register_kl(LinearChainCRF, LinearChainCRF)
+def _kl_chain(p, q):
+    return p.kl_divergence(q)

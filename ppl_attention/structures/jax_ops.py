@@ -1,0 +1,135 @@
+"""The JAX table of array operations the structures' recursions are written in (its twin is
+:mod:`.torch_ops`; both expose the same names). The loop over positions is ``lax.scan``."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from .semirings import LOG, MAX, SAMPLE
+
+name = "jax"
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _sample_sum(x, key, dim):
+    return logsumexp(x, dim)
+
+
+def _sample_fwd(x, key, dim):
+    return logsumexp(x, dim), (x, key)
+
+
+def _sample_bwd(dim, res, g):
+    x, key = res
+    pick = jax.random.categorical(key, x, axis=dim)
+    onehot = jax.nn.one_hot(pick, x.shape[dim], dtype=x.dtype, axis=dim)
+    return onehot * jnp.expand_dims(g, dim), None
+
+
+_sample_sum.defvjp(_sample_fwd, _sample_bwd)
+
+
+def plus(semiring: str, x, dim: int, key=None):
+    """⊕ over ``dim`` (``key``: the sampling semiring's draw at this step)."""
+    if semiring == LOG:
+        return logsumexp(x, dim)
+    if semiring == MAX:
+        return _max(x, dim)
+    if semiring == SAMPLE:
+        return _sample_sum(x, key, dim)
+    raise ValueError(semiring)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _max(x, dim):
+    return jnp.max(x, dim)
+
+
+def _max_fwd(x, dim):
+    return jnp.max(x, dim), x
+
+
+def _max_bwd(dim, x, g):
+    # the whole gradient to one maximizing term (JAX's own rule splits it among ties)
+    onehot = jax.nn.one_hot(jnp.argmax(x, dim), x.shape[dim], dtype=x.dtype, axis=dim)
+    return (onehot * jnp.expand_dims(g, dim),)
+
+
+_max.defvjp(_max_fwd, _max_bwd)
+
+
+def where(cond, a, b):
+    return jnp.where(cond, a, b)
+
+
+def arange(n: int, like):
+    return jnp.arange(n)
+
+
+def full_like(x, value):
+    return jnp.full_like(x, value)
+
+
+def stack(xs, dim: int):
+    return jnp.stack(xs, dim)
+
+
+def moveaxis(x, src: int, dst: int):
+    return jnp.moveaxis(x, src, dst)
+
+
+def scan(step, carry, xs):
+    """``carry = step(carry, x)`` over the leading axis of ``xs`` (a tuple of arrays) by
+    ``lax.scan``; returns the last carry."""
+    return jax.lax.scan(lambda c, x: (step(c, x), None), carry, xs)[0]
+
+
+def grad(f, x):
+    """∂ Σ f(x) / ∂ x (``jax.grad``; differentiable in turn)."""
+    return jax.grad(lambda v: f(v).sum())(x)
+
+
+def any_nan(x) -> bool:
+    try:
+        return bool(jnp.isnan(x).any() | jnp.isposinf(x).any())
+    except jax.errors.ConcretizationTypeError:  # traced under jit: checked where concrete
+        return False
+
+
+def expand(x, shape):
+    return jnp.broadcast_to(x, shape)
+
+
+def lengths_of(lengths, batch_shape, n: int, like):
+    if lengths is None:
+        return jnp.full(batch_shape, n, dtype=jnp.int32)
+    try:
+        return jnp.broadcast_to(jnp.asarray(lengths).astype(jnp.int32), batch_shape)
+    except ValueError:
+        return None
+
+
+def fold_in(key, i):
+    return None if key is None else jax.random.fold_in(key, i)
+
+
+def stop_gradient(x):
+    return jax.lax.stop_gradient(x)
+
+
+def concrete(x):
+    """``x`` as a NumPy array, or None where it is traced (under ``jit``)."""
+    import numpy as np
+
+    try:
+        return np.asarray(x)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return None
+
+
+def from_numpy(array, like):
+    return jnp.asarray(array, dtype=like.dtype)

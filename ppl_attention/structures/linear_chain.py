@@ -1,0 +1,117 @@
+"""A linear-chain CRF over label sequences, in SynJax's convention.
+
+``log_potentials [..., n, t, t]``: ``log_potentials[i, a, b]`` scores label a at position i−1
+followed by label b at position i; at i = 0 only row a = 0 counts (the initial state). A
+sequence y_0 … y_{L−1} (L = ``lengths``, 1 ≤ L ≤ n) scores
+
+    s(y) = Σ_{i<L} log_potentials[i, y_{i−1}, y_i],    y_{−1} = 0,
+
+and p(y) = exp(s(y) − log Z). An event is the indicator array of the potentials' shape:
+``event[i, a, b] = 1`` where y_{i−1} = a and y_i = b (i < L), 0 elsewhere — positions past a
+row's length included.
+
+The recursion (forward algorithm over any semiring ⊕, ⊗ = +):
+
+    α_0(b) = θ_0(0, b),    α_i(b) = ⊕_a α_{i−1}(a) + θ_i(a, b)  (i < L),    log Z = ⊕_b α_{L−1}(b)
+"""
+
+from __future__ import annotations
+
+from ..core.errors import UserError
+from .structure import Structure
+
+
+def chain_value(ops, semiring, log_potentials, lengths, key=None):
+    """⊕ over every label sequence of its score ``[...]`` (the recursion above, written once)."""
+    n = log_potentials.shape[-3]
+    alpha = log_potentials[..., 0, 0, :]  # [..., t]
+    if n > 1:
+        steps = ops.moveaxis(log_potentials[..., 1:, :, :], -3, 0)  # [n−1, ..., t, t]
+        positions = ops.arange(n - 1, log_potentials) + 1
+
+        def step(alpha, x):
+            theta, i = x
+            new = ops.plus(semiring, alpha[..., :, None] + theta, -2, ops.fold_in(key, i))
+            return ops.where((i < lengths)[..., None], new, alpha)
+
+        alpha = ops.scan(step, alpha, (steps, positions))
+    return ops.plus(semiring, alpha, -1, ops.fold_in(key, n))
+
+
+class LinearChain(Structure):
+    """The linear-chain structure (module docstring) for :class:`Structure`'s operations."""
+
+    event_dims = 3
+    name = "LinearChainCRF"
+
+    @staticmethod
+    def check(log_potentials, lengths) -> None:
+        shape = tuple(log_potentials.shape)
+        if len(shape) < 3 or shape[-1] != shape[-2]:
+            raise UserError(f"LinearChainCRF: log_potentials must be [..., n, t, t] (label a at "
+                            f"i−1 followed by b at i), got shape {shape}")
+
+    @staticmethod
+    def value(ops, semiring, log_potentials, lengths, key=None):
+        return chain_value(ops, semiring, log_potentials, lengths, key)
+
+    @staticmethod
+    def all_events(event_shape, length: int):
+        """The event of every label sequence of ``length`` (nested lists; small sizes)."""
+        import itertools
+
+        n, t = event_shape[0], event_shape[-1]
+        for labels in itertools.product(range(t), repeat=length):
+            yield labels_to_event(labels, n, t)
+
+    @staticmethod
+    def invalid_events(events, lengths):
+        """Why NumPy ``events [..., n, t, t]`` are not label sequences of ``lengths [...]``
+        (None when they all are)."""
+        import numpy as np
+
+        n = events.shape[-3]
+        if not np.isin(events, (0, 1)).all():
+            return "entries must be 0 or 1"
+        real = np.arange(n) < lengths[..., None]  # [..., n]
+        per_position = events.sum((-1, -2))
+        if (per_position[real] != 1).any():
+            return "each position within the length holds exactly one transition a → b"
+        if (per_position[~real] != 0).any():
+            return "positions past a row's length hold no transition"
+        if events[..., 0, 1:, :].any():
+            return "at position 0 only row a = 0 (the initial state) counts"
+        came = events[..., :-1, :, :].sum(-2)  # [..., n−1, t]: the label at i
+        left = events[..., 1:, :, :].sum(-1)  # [..., n−1, t]: the label before i + 1
+        inside = real[..., 1:]
+        if (came[inside] != left[inside]).any():
+            return "a transition a → b at i + 1 must start from the label b of position i"
+        return None
+
+
+def labels_to_event(labels, n: int, t: int) -> list:
+    """The event (nested lists ``[n][t][t]``) of a label sequence."""
+    ev = [[[0.0] * t for _ in range(t)] for _ in range(n)]
+    prev = 0
+    for i, b in enumerate(labels):
+        ev[i][prev][b] = 1.0
+        prev = b
+    return ev
+
+
+def event_to_labels(event) -> list:
+    """The label sequence of one event (``[n, t, t]``, NumPy or nested lists): each position's
+    b where its row holds a transition, up to the first empty position."""
+    import numpy as np
+
+    ev = np.asarray(event)
+    labels = []
+    for i in range(ev.shape[0]):
+        hit = np.argwhere(ev[i] > 0.5)
+        if not len(hit):
+            break
+        labels.append(int(hit[0][1]))
+    return labels
+
+
+__all__ = ["LinearChain", "chain_value", "labels_to_event", "event_to_labels"]

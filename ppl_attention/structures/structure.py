@@ -1,0 +1,131 @@
+"""Every exact operation of a structured distribution from one recursion.
+
+A structure (:class:`LinearChain`, …) provides ``value(ops, semiring, log_potentials, lengths,
+key)`` — ⊕ over its structures of their scores, the dynamic program written once — and this
+class derives, on either backend's operation table ``ops``:
+
+- ``log_partition`` = value under LOG: log Z = log Σ_y exp s(y), with s(y) = ⟨event(y), θ⟩;
+- ``marginals`` = ∂ log Z / ∂ θ = E_p[event] (the gradient of the LOG recursion);
+- ``argmax`` = ∂ max_y s(y) / ∂ θ = the event of the best structure (MAX);
+- ``sample(sample_shape)`` = ∂ value_SAMPLE / ∂ θ = the event of an exact draw (SAMPLE);
+- ``log_prob(event)`` = ⟨event, θ⟩ − log Z;
+- ``entropy`` H(p) = log Z − ⟨μ_p, θ⟩;
+- ``cross_entropy(q)`` = −E_p[log q] = log Z_q − ⟨μ_p, θ_q⟩;  ``kl(q)`` = CE(p, q) − H(p).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.errors import UserError
+from ..core.numerics import LOG_ZERO
+from .semirings import LOG, MAX, SAMPLE
+
+
+class Structure:
+    """One structured distribution over events of the shape of ``log_potentials`` (its last
+    ``event_dims`` dimensions; the ones before are the batch), with ``lengths`` ``[batch]``
+    (None: full). Subclasses give ``value``, ``check`` and ``size`` (the n that lengths are
+    counted against)."""
+
+    event_dims = 3
+    name = "structure"
+
+    def __init__(self, ops, log_potentials, lengths=None):
+        self.ops = ops
+        self.check(log_potentials, lengths)
+        if ops.any_nan(log_potentials):
+            raise UserError(f"{self.name}: log_potentials hold NaN or +inf")
+        # −inf (a part forbidden) as a finite log 0, so that no gradient is NaN
+        self.log_potentials = ops.where(log_potentials < LOG_ZERO,
+                                        ops.full_like(log_potentials, LOG_ZERO), log_potentials)
+        self.batch_shape = tuple(log_potentials.shape[:-self.event_dims])
+        self.event_shape = tuple(log_potentials.shape[-self.event_dims:])
+        n = self.size(log_potentials)
+        self.lengths = ops.lengths_of(lengths, self.batch_shape, n, log_potentials)
+        if self.lengths is None:
+            raise UserError(f"{self.name}: lengths of shape {tuple(np.shape(lengths))} do not fit "
+                            f"the batch shape {self.batch_shape}")
+        concrete = ops.concrete(self.lengths)
+        if concrete is not None and concrete.size and (concrete.min() < 1 or concrete.max() > n):
+            raise UserError(f"{self.name}: lengths must lie in 1 … {n}, got "
+                            f"{int(concrete.min())} … {int(concrete.max())}")
+
+    # --- what a structure defines ----------------------------------------------------------
+
+    @staticmethod
+    def check(log_potentials, lengths) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def value(ops, semiring, log_potentials, lengths, key=None):
+        raise NotImplementedError
+
+    @staticmethod
+    def size(log_potentials) -> int:
+        return log_potentials.shape[-3]
+
+    # --- derived ---------------------------------------------------------------------------
+
+    def _value(self, semiring, theta, lengths=None, key=None):
+        return self.value(self.ops, semiring, theta,
+                          self.lengths if lengths is None else lengths, key)
+
+    def log_partition(self):
+        """log Z ``[batch]``."""
+        return self._value(LOG, self.log_potentials)
+
+    def marginals(self):
+        """E_p[event] ``[batch, *event]`` (differentiable: structured attention)."""
+        return self.ops.grad(lambda th: self._value(LOG, th), self.log_potentials)
+
+    def max_score(self):
+        """max_y s(y) ``[batch]``."""
+        return self._value(MAX, self.log_potentials)
+
+    def argmax(self):
+        """The event of the best structure ``[batch, *event]``."""
+        return self.ops.grad(lambda th: self._value(MAX, th),
+                             self.ops.stop_gradient(self.log_potentials))
+
+    def sample(self, sample_shape=(), key=None):
+        """Exact draws ``[*sample_shape, batch, *event]`` (NumPyro: ``key`` a PRNG key; torch:
+        its global generator)."""
+        shape = tuple(sample_shape) + tuple(self.log_potentials.shape)
+        theta = self.ops.expand(self.ops.stop_gradient(self.log_potentials), shape)
+        lengths = self.ops.expand(self.lengths, tuple(sample_shape) + self.batch_shape)
+        return self.ops.grad(lambda th: self._value(SAMPLE, th, lengths, key), theta)
+
+    def score(self, event):
+        """s(y) = ⟨event, θ⟩ ``[..., batch]``."""
+        return self._dot(event, self.log_potentials)
+
+    def log_prob(self, event):
+        """log p(event) ``[..., batch]``."""
+        return self.score(event) - self.log_partition()
+
+    def entropy(self):
+        """H(p) ``[batch]``."""
+        return self.log_partition() - self._dot(self.marginals(), self.log_potentials)
+
+    def cross_entropy(self, other: Structure):
+        """−E_p[log q] ``[batch]`` for ``other`` = q over the same structures."""
+        self._same(other)
+        return other.log_partition() - self._dot(self.marginals(), other.log_potentials)
+
+    def kl(self, other: Structure):
+        """KL(p ‖ q) ``[batch]``."""
+        return self.cross_entropy(other) - self.entropy()
+
+    def _dot(self, event, theta):
+        prod = event * theta
+        for _ in range(self.event_dims):
+            prod = prod.sum(-1)
+        return prod
+
+    def _same(self, other) -> None:
+        if type(other) is not type(self) or tuple(other.log_potentials.shape) != tuple(
+                self.log_potentials.shape):
+            raise UserError(f"{self.name}: the other distribution must be a {self.name} of the "
+                            f"same shape {tuple(self.log_potentials.shape)}, got "
+                            f"{type(other).__name__} {tuple(other.log_potentials.shape)}")

@@ -1,0 +1,123 @@
+"""The PyTorch table of array operations the structures' recursions are written in (its twin
+is :mod:`.jax_ops`; both expose the same names)."""
+
+from __future__ import annotations
+
+import torch
+
+from .semirings import LOG, MAX, SAMPLE
+
+name = "torch"
+
+
+class _SampleSum(torch.autograd.Function):
+    """⊕ of the sampling semiring: logsumexp over ``dim`` forward; backward, the incoming
+    gradient routed to one term drawn from softmax over ``dim`` (Gumbel-max)."""
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        ctx.dim = dim
+        ctx.save_for_backward(x)
+        return torch.logsumexp(x, dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        u = torch.rand_like(x).clamp_(1e-20, 1.0)
+        pick = (x - torch.log(-torch.log(u))).argmax(ctx.dim, keepdim=True)
+        onehot = torch.zeros_like(x).scatter_(ctx.dim, pick, 1.0)
+        return onehot * grad.unsqueeze(ctx.dim), None
+
+
+def plus(semiring: str, x, dim: int, key=None):
+    """⊕ over ``dim`` (``key``: unused — the sampling semiring draws from torch's generator,
+    seeded by ``torch.manual_seed`` / ``pyro.set_rng_seed``)."""
+    if semiring == LOG:
+        return torch.logsumexp(x, dim)
+    if semiring == MAX:
+        return x.max(dim).values  # its gradient goes to the one maximizing term
+    if semiring == SAMPLE:
+        return _SampleSum.apply(x, dim)
+    raise ValueError(semiring)
+
+
+def where(cond, a, b):
+    return torch.where(cond, a, b)
+
+
+def arange(n: int, like):
+    return torch.arange(n, device=like.device)
+
+
+def full_like(x, value):
+    return torch.full_like(x, value)
+
+
+def stack(xs, dim: int):
+    return torch.stack(xs, dim)
+
+
+def moveaxis(x, src: int, dst: int):
+    return torch.movedim(x, src, dst)
+
+
+def scan(step, carry, xs):
+    """``carry = step(carry, x)`` over the leading axis of ``xs`` (a tuple of arrays); returns
+    the last carry. A Python loop (PyTorch runs eagerly)."""
+    for i in range(xs[0].shape[0]):
+        carry = step(carry, tuple(x[i] for x in xs))
+    return carry
+
+
+def grad(f, x):
+    """∂ Σ f(x) / ∂ x, differentiable in turn when ``x`` is part of a graph (marginals a loss
+    is taken through: structured attention)."""
+    with torch.enable_grad():
+        if x.requires_grad:
+            y = f(x)
+            return torch.autograd.grad(y.sum(), x, create_graph=True)[0]
+        x = x.detach().requires_grad_(True)
+        y = f(x)
+        return torch.autograd.grad(y.sum(), x)[0]
+
+
+def any_nan(x) -> bool:
+    return bool(torch.isnan(x).any() | torch.isposinf(x).any())
+
+
+def expand(x, shape):
+    return x.expand(*shape).contiguous()
+
+
+def to_int(x):
+    return torch.as_tensor(x).long()
+
+
+def lengths_of(lengths, batch_shape, n: int, like):
+    """``lengths`` as an integer tensor of ``batch_shape`` on ``like``'s device (None: n);
+    None when their shape does not broadcast to it."""
+    if lengths is None:
+        return torch.full(batch_shape, n, dtype=torch.long, device=like.device)
+    lengths = torch.as_tensor(lengths, device=like.device)
+    try:
+        return lengths.long().expand(batch_shape)
+    except RuntimeError:
+        return None
+
+
+def fold_in(key, i):
+    return None
+
+
+def stop_gradient(x):
+    return x.detach()
+
+
+def concrete(x):
+    """``x`` as a NumPy array (always concrete under PyTorch)."""
+    return x.detach().cpu().numpy()
+
+
+def from_numpy(array, like):
+    """A NumPy array as a tensor of ``like``'s dtype and device."""
+    return torch.as_tensor(array, dtype=like.dtype, device=like.device)
