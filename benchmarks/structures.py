@@ -1,0 +1,185 @@
+"""The structure library against the peers a user would otherwise pick: each structure's log Z
+forward + backward (the marginals) and drawing one exact sample per row, batch 16, float32, on
+PyTorch (ours under ``pyro`` against torch-struct 0.5, ``pip install torch-struct``, optional) and
+on JAX (ours under ``numpyro``, jitted, compile time apart; SynJax where installed). Each cell
+runs in its own process, so its peak resident memory is its own (reported above an idle process
+that imported the same libraries); time is the median of ``--reps`` calls after one warm-up.
+Ratios are ours over the peer's, in the same run. Before timing, each peer's log Z is checked
+equal to ours on potentials converted between the two conventions.
+
+    python benchmarks/structures.py --reps 5
+
+Structures measured: ``chain`` (``LinearChainCRF``, n = 128, t = 32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+SIZES = {"chain": {"n": 128, "t": 32}}
+
+
+def _to_torch_struct(theta):
+    """Ours ``[B, n, t, t]`` (``[i, a, b]``: a at i−1 → b at i, row 0 the start) as
+    torch-struct's ``[B, n − 1, t, t]`` (``[i, b, a]``: z_i = a → z_{i+1} = b, no start)."""
+    edge = theta[:, 1:].transpose(-1, -2).clone()
+    edge[:, 0] = edge[:, 0] + theta[:, 0, 0, :][:, None, :]
+    return edge
+
+
+def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
+    import numpy as np
+
+    n, t = SIZES[structure]["n"], SIZES[structure]["t"]
+    rng = np.random.default_rng(0)
+    theta_np = rng.normal(size=(batch, n, t, t)).astype(np.float32)
+    if impl == "numpyro":
+        import jax
+        import jax.numpy as jnp
+
+        from ppl_attention.structures import jax_ops
+        from ppl_attention.structures.linear_chain import LinearChain
+
+        theta = jnp.asarray(theta_np)
+        if what == "logz":
+            fn = jax.jit(jax.grad(lambda th: LinearChain(jax_ops, th).log_partition().sum()))
+            call = lambda: fn(theta).block_until_ready()  # noqa: E731
+        else:
+            fn = jax.jit(lambda th, k: LinearChain(jax_ops, th).sample((), k))
+            key = jax.random.PRNGKey(0)
+            call = lambda: fn(theta, key).block_until_ready()  # noqa: E731
+    else:
+        import torch
+
+        torch.set_num_threads(1)
+        theta = torch.tensor(theta_np)
+        if impl == "pyro":
+            from ppl_attention.pyro.crfs import LinearChainCRF
+
+            def call():
+                th = theta.clone().requires_grad_(True)
+                d = LinearChainCRF(th)
+                if what == "logz":
+                    d.log_partition.sum().backward()
+                else:
+                    d.sample()
+        else:
+            import torch_struct
+
+            from ppl_attention.pyro.crfs import LinearChainCRF
+
+            edge = _to_torch_struct(theta.double())
+            ours = LinearChainCRF(theta.double()).log_partition
+            theirs = torch_struct.LinearChainCRF(edge).partition
+            assert torch.allclose(ours, theirs, rtol=1e-8), (ours, theirs)
+            edge32 = _to_torch_struct(theta)
+
+            def call():
+                th = edge32.clone().requires_grad_(True)
+                d = torch_struct.LinearChainCRF(th)
+                if what == "logz":
+                    d.partition.sum().backward()
+                else:
+                    d.sample((1,))
+    t0 = time.perf_counter()
+    call()  # warm-up (JAX: compilation)
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return {"ms": 1000 * statistics.median(times), "first_s": first}
+
+
+def _baseline_rss(impl: str) -> float:
+    imports = {"pyro": "import torch, ppl_attention.pyro.crfs",
+               "numpyro": "import jax, jax.numpy as jnp, ppl_attention.numpyro.crfs; "
+                          "jnp.zeros(1).block_until_ready()",
+               "torch-struct": "import torch, torch_struct, ppl_attention.pyro.crfs"}[impl]
+    code = f"import resource; {imports}; print(resource.getrusage(resource.RUSAGE_SELF)" \
+           f".ru_maxrss / 1024)"
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--structures", default=",".join(SIZES))
+    ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--impl", help=argparse.SUPPRESS)
+    ap.add_argument("--structure", help=argparse.SUPPRESS)
+    ap.add_argument("--what", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        out = _cell(args.impl, args.structure, args.batch, args.reps, args.what)
+        out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(out))
+        return 0
+    structures = args.structures.split(",")
+    unknown = [s for s in structures if s not in SIZES]
+    if unknown:
+        ap.error(f"--structures: unknown {unknown}; known: {', '.join(SIZES)}")
+    impls = ["pyro", "torch-struct", "numpyro"]
+    try:
+        import torch_struct  # noqa: F401
+    except ImportError:
+        print("torch-struct is not installed (pip install torch-struct): its column is skipped",
+              file=sys.stderr)
+        impls.remove("torch-struct")
+    base = {impl: _baseline_rss(impl) for impl in impls}
+    rows = []
+    for structure in structures:
+        for what in ("logz", "sample"):
+            row = {"structure": structure, "what": what}
+            for impl in impls:
+                cmd = [sys.executable, __file__, "--child", "--impl", impl, "--structure",
+                       structure, "--what", what, "--batch", str(args.batch), "--reps",
+                       str(args.reps)]
+                res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                if res.returncode:
+                    row[impl] = None
+                    print(f"{impl} {structure} {what} failed: {res.stderr.strip()[-400:]}",
+                          file=sys.stderr)
+                    continue
+                out = json.loads(res.stdout.strip().splitlines()[-1])
+                row[impl] = (out["ms"], out["rss_mb"] - base[impl], out["first_s"])
+                print(f"{impl} {structure} {what}: {out['ms']:.1f} ms", file=sys.stderr)
+            rows.append(row)
+    print(f"batch {args.batch}, float32, median of {args.reps} calls after a warm-up (one "
+          f"thread per torch process); peak memory above an idle process in MB; JAX's first "
+          f"call (compilation) apart\n")
+    print("| structure | sizes | operation | " + " | ".join(f"{i} ms | {i} MB" for i in impls)
+          + " | pyro / torch-struct |")
+    print("|---" * (3 + 2 * len(impls) + 1) + "|")
+    for r in rows:
+        cells = []
+        for i in impls:
+            v = r[i]
+            cells += ["failed", "—"] if v is None else [f"{v[0]:.1f}", f"{v[1]:.0f}"]
+        ratio = "—"
+        if "torch-struct" in impls and r["pyro"] and r["torch-struct"]:
+            ratio = f"{r['pyro'][0] / r['torch-struct'][0]:.2f}"
+        sizes = ", ".join(f"{k} = {v}" for k, v in SIZES[r["structure"]].items())
+        op = {"logz": "log Z fwd + bwd", "sample": "one sample per row"}[r["what"]]
+        print(f"| {r['structure']} | {sizes} | {op} | " + " | ".join(cells) + f" | {ratio} |")
+    jax_first = [r["numpyro"][2] for r in rows if r.get("numpyro")]
+    if jax_first:
+        print(f"\nJAX compile + first call: {', '.join(f'{s:.1f} s' for s in jax_first)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
