@@ -11,8 +11,9 @@ from numpyro.distributions.kl import kl_divergence
 from ..structures import jax_ops
 from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
+from ..structures.semi_markov import SemiMarkov
 
-__all__ = ["LinearChainCRF"]
+__all__ = ["LinearChainCRF", "SemiMarkovCRF"]
 
 
 class _JaxStructured(StructuredDistribution, Distribution):
@@ -42,6 +43,18 @@ class LinearChainCRF(_JaxStructured):
     structure_class = LinearChain
 
 
+class SemiMarkovCRF(_JaxStructured):
+    """As :class:`ppl_attention.pyro.crfs.SemiMarkovCRF`: ``log_potentials [..., n, m, t, t]``,
+    ``lengths [...]``; events are indicator arrays of the potentials' shape."""
+
+    structure_class = SemiMarkov
+
+
 @kl_divergence.register(LinearChainCRF, LinearChainCRF)
 def _kl_chain(p, q):
+    return p.kl_divergence(q)
+
+
+@kl_divergence.register(SemiMarkovCRF, SemiMarkovCRF)
+def _kl_semi_markov(p, q):
     return p.kl_divergence(q)

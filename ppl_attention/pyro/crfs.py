@@ -14,8 +14,9 @@ from torch.distributions.kl import register_kl
 from ..structures import torch_ops
 from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
+from ..structures.semi_markov import SemiMarkov
 
-__all__ = ["LinearChainCRF"]
+__all__ = ["LinearChainCRF", "SemiMarkovCRF"]
 
 
 class _TorchStructured(StructuredDistribution, TorchDistribution):
@@ -51,6 +52,22 @@ class LinearChainCRF(_TorchStructured):
     structure_class = LinearChain
 
 
+class SemiMarkovCRF(_TorchStructured):
+    """A semi-Markov CRF in SynJax's convention (:mod:`ppl_attention.structures.semi_markov`):
+    ``log_potentials [..., n, m, t, t]`` — ``[i, j, a, b]`` scores a segment that ends at
+    position i, has length j + 1 and label b, after a segment labelled a (0 for the first) —,
+    ``lengths [...]`` in 1 … n. An event is the indicator array of the potentials' shape, one 1
+    per segment; :func:`~ppl_attention.structures.semi_markov.segments_to_event` and
+    :func:`~ppl_attention.structures.semi_markov.event_to_segments` convert."""
+
+    structure_class = SemiMarkov
+
+
 @register_kl(LinearChainCRF, LinearChainCRF)
 def _kl_chain(p, q):
+    return p.kl_divergence(q)
+
+
+@register_kl(SemiMarkovCRF, SemiMarkovCRF)
+def _kl_semi_markov(p, q):
     return p.kl_divergence(q)

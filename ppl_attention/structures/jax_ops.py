@@ -133,3 +133,22 @@ def concrete(x):
 
 def from_numpy(array, like):
     return jnp.asarray(array, dtype=like.dtype)
+
+
+def concat(xs, dim: int):
+    return jnp.concatenate(xs, dim)
+
+
+def cast_like(x, like):
+    return jnp.asarray(x, dtype=like.dtype)
+
+
+_COMPILED: dict = {}
+
+
+def compiled(value):
+    """A structure's recursion jitted once per function, the operation table and the semiring
+    static (a ``lax.scan`` run eagerly would be traced again at every call)."""
+    if value not in _COMPILED:
+        _COMPILED[value] = jax.jit(value, static_argnums=(0, 1))
+    return _COMPILED[value]

@@ -68,8 +68,8 @@ class Structure:
     # --- derived ---------------------------------------------------------------------------
 
     def _value(self, semiring, theta, lengths=None, key=None):
-        return self.value(self.ops, semiring, theta,
-                          self.lengths if lengths is None else lengths, key)
+        return self.ops.compiled(self.value)(self.ops, semiring, theta,
+                                             self.lengths if lengths is None else lengths, key)
 
     def log_partition(self):
         """log Z ``[batch]``."""

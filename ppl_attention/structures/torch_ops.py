@@ -42,6 +42,8 @@ def plus(semiring: str, x, dim: int, key=None):
 
 
 def where(cond, a, b):
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        a = torch.tensor(a, device=cond.device)
     return torch.where(cond, a, b)
 
 
@@ -121,3 +123,16 @@ def concrete(x):
 def from_numpy(array, like):
     """A NumPy array as a tensor of ``like``'s dtype and device."""
     return torch.as_tensor(array, dtype=like.dtype, device=like.device)
+
+
+def concat(xs, dim: int):
+    return torch.cat(xs, dim)
+
+
+def cast_like(x, like):
+    return x.to(dtype=like.dtype, device=like.device)
+
+
+def compiled(value):
+    """The recursion as it is (PyTorch runs eagerly)."""
+    return value

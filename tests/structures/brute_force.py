@@ -22,6 +22,30 @@ def chain_structures(n: int, t: int, length: int):
         yield ev, labels
 
 
+def segmentations(length: int, m: int, t: int):
+    """Every labelled segmentation of 0 … length − 1 into segments of length ≤ m: lists of
+    (start, end, label)."""
+    if length == 0:
+        return [[]]
+    out = []
+    for size in range(1, min(m, length) + 1):
+        for rest in segmentations(length - size, m, t):
+            out += [rest + [(length - size, length - 1, b)] for b in range(t)]
+    return out
+
+
+def semi_markov_structures(n: int, m: int, t: int, length: int):
+    """(event [n, m, t, t], segments) of every labelled segmentation (SynJax's convention:
+    event[end, size − 1, previous label, label] = 1, the first segment's previous label 0)."""
+    for segs in segmentations(length, m, t):
+        ev = np.zeros((n, m, t, t))
+        prev = 0
+        for start, end, label in segs:
+            ev[end, end - start, prev, label] = 1.0
+            prev = label
+        yield ev, segs
+
+
 def summary(events: np.ndarray, theta: np.ndarray, other: np.ndarray | None = None) -> dict:
     """From ``events [K, *event]`` and potentials: log Z, marginals, entropy, the best event and
     its score, every event's log-probability, and against ``other`` potentials the
