@@ -9,7 +9,10 @@ equal to ours on potentials converted between the two conventions.
 
     python benchmarks/structures.py --reps 5
 
-Structures measured: ``chain`` (``LinearChainCRF``, n = 128, t = 32).
+Structures measured: ``chain`` (``LinearChainCRF``, n = 128, t = 32; torch-struct's log Z
+checked equal to ours first) and ``semi-markov`` (``SemiMarkovCRF``, n = 64, m = 8, t = 8;
+torch-struct's potentials of the same size, ``[B, n − 1, m, t, t]``, not checked: its convention
+has no exact conversion to SynJax's).
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ import subprocess
 import sys
 import time
 
-SIZES = {"chain": {"n": 128, "t": 32}}
+SIZES = {"chain": {"n": 128, "t": 32}, "semi-markov": {"n": 64, "m": 8, "t": 8}}
+#: the peer's class, and whether its log Z is checked equal to ours first (the conventions of
+#: its semi-Markov CRF — N − 1 edges, segment sizes 1 … K − 1 — have no exact conversion here)
+PEERS = {"chain": ("LinearChainCRF", True), "semi-markov": ("SemiMarkovCRF", False)}
 
 
 def _to_torch_struct(theta):
@@ -36,35 +42,39 @@ def _to_torch_struct(theta):
 def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
     import numpy as np
 
-    n, t = SIZES[structure]["n"], SIZES[structure]["t"]
+    size = SIZES[structure]
+    shape = ((batch, size["n"], size["t"], size["t"]) if structure == "chain" else
+             (batch, size["n"], size["m"], size["t"], size["t"]))
     rng = np.random.default_rng(0)
-    theta_np = rng.normal(size=(batch, n, t, t)).astype(np.float32)
+    theta_np = rng.normal(size=shape).astype(np.float32)
     if impl == "numpyro":
         import jax
         import jax.numpy as jnp
 
         from ppl_attention.structures import jax_ops
         from ppl_attention.structures.linear_chain import LinearChain
+        from ppl_attention.structures.semi_markov import SemiMarkov
 
+        cls = LinearChain if structure == "chain" else SemiMarkov
         theta = jnp.asarray(theta_np)
         if what == "logz":
-            fn = jax.jit(jax.grad(lambda th: LinearChain(jax_ops, th).log_partition().sum()))
+            fn = jax.jit(jax.grad(lambda th: cls(jax_ops, th).log_partition().sum()))
             call = lambda: fn(theta).block_until_ready()  # noqa: E731
         else:
-            fn = jax.jit(lambda th, k: LinearChain(jax_ops, th).sample((), k))
+            fn = jax.jit(lambda th, k: cls(jax_ops, th).sample((), k))
             key = jax.random.PRNGKey(0)
             call = lambda: fn(theta, key).block_until_ready()  # noqa: E731
     else:
         import torch
 
+        from ppl_attention.pyro import crfs
+
         torch.set_num_threads(1)
         theta = torch.tensor(theta_np)
+        ours = crfs.LinearChainCRF if structure == "chain" else crfs.SemiMarkovCRF
         if impl == "pyro":
-            from ppl_attention.pyro.crfs import LinearChainCRF
-
             def call():
-                th = theta.clone().requires_grad_(True)
-                d = LinearChainCRF(th)
+                d = ours(theta.clone().requires_grad_(True))
                 if what == "logz":
                     d.log_partition.sum().backward()
                 else:
@@ -72,17 +82,18 @@ def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
         else:
             import torch_struct
 
-            from ppl_attention.pyro.crfs import LinearChainCRF
-
-            edge = _to_torch_struct(theta.double())
-            ours = LinearChainCRF(theta.double()).log_partition
-            theirs = torch_struct.LinearChainCRF(edge).partition
-            assert torch.allclose(ours, theirs, rtol=1e-8), (ours, theirs)
-            edge32 = _to_torch_struct(theta)
+            name, checked = PEERS[structure]
+            peer = getattr(torch_struct, name)
+            if checked:
+                mine = ours(theta.double()).log_partition
+                theirs = peer(_to_torch_struct(theta.double())).partition
+                assert torch.allclose(mine, theirs, rtol=1e-8), (mine, theirs)
+                edge = _to_torch_struct(theta)
+            else:
+                edge = theta[:, 1:].contiguous()  # [B, n − 1, m, t, t]: the same size
 
             def call():
-                th = edge32.clone().requires_grad_(True)
-                d = torch_struct.LinearChainCRF(th)
+                d = peer(edge.clone().requires_grad_(True))
                 if what == "logz":
                     d.partition.sum().backward()
                 else:
@@ -173,6 +184,7 @@ def main() -> int:
         if "torch-struct" in impls and r["pyro"] and r["torch-struct"]:
             ratio = f"{r['pyro'][0] / r['torch-struct'][0]:.2f}"
         sizes = ", ".join(f"{k} = {v}" for k, v in SIZES[r["structure"]].items())
+        sizes += "" if PEERS[r["structure"]][1] else " (peer's log Z not checked)"
         op = {"logz": "log Z fwd + bwd", "sample": "one sample per row"}[r["what"]]
         print(f"| {r['structure']} | {sizes} | {op} | " + " | ".join(cells) + f" | {ratio} |")
     jax_first = [r["numpyro"][2] for r in rows if r.get("numpyro")]

@@ -34,7 +34,7 @@ _NAMES = {
     "attend": "pyro.attend", "broadcast_source_mask": "pyro.attend",
     "MaskedDirichlet": "pyro.distributions", "MaskedRelaxedCategorical": "pyro.distributions",
     "DependencyTree": "pyro.trees", "LinearChainCRF": "pyro.crfs",
-    "SemiMarkovCRF": "pyro.crfs",
+    "SemiMarkovCRF": "pyro.crfs", "CTC": "pyro.crfs",
     **{n: "pyro.families" for n in ("FAMILIES", "Categorical", "Dirichlet", "Family",
                                     "GaussianContext", "LogNormal", "MarkovCategorical",
                                     "RelaxedCategorical", "SegmentCRF", "Soft", "Tree",

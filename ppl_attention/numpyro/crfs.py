@@ -9,11 +9,12 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.kl import kl_divergence
 
 from ..structures import jax_ops
+from ..structures.ctc import CTCAlignment
 from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
 from ..structures.semi_markov import SemiMarkov
 
-__all__ = ["LinearChainCRF", "SemiMarkovCRF"]
+__all__ = ["LinearChainCRF", "SemiMarkovCRF", "CTC"]
 
 
 class _JaxStructured(StructuredDistribution, Distribution):
@@ -48,6 +49,34 @@ class SemiMarkovCRF(_JaxStructured):
     ``lengths [...]``; events are indicator arrays of the potentials' shape."""
 
     structure_class = SemiMarkov
+
+
+class CTC(_JaxStructured):
+    """As :class:`ppl_attention.pyro.crfs.CTC`: ``log_partition`` is log p(labels | x) =
+    −``optax.ctc_loss``; events ``[..., 2L + 1, T]``."""
+
+    has_enumerate_support = False
+
+    def __init__(self, log_potentials, labels, label_lengths=None, input_lengths=None,
+                 blank_id: int = 0, *, validate_args=None):
+        self.structure = CTCAlignment(jax_ops, jnp.asarray(log_potentials), labels,
+                                      label_lengths, input_lengths, blank_id)
+        self._args = (jnp.asarray(log_potentials), jnp.asarray(labels), label_lengths,
+                      input_lengths, blank_id)
+        Distribution.__init__(self, self.structure.batch_shape, self.structure.event_shape,
+                              validate_args=False)
+
+    @property
+    def extended(self):
+        return self.structure.extended
+
+    def expand(self, batch_shape):
+        pot, labels, ll, il, blank = self._args
+        batch_shape = tuple(batch_shape)
+        lead = lambda x: None if x is None else jnp.broadcast_to(x, batch_shape)  # noqa: E731
+        return CTC(jnp.broadcast_to(pot, batch_shape + pot.shape[-2:]),
+                   jnp.broadcast_to(labels, batch_shape + labels.shape[-1:]), lead(ll),
+                   lead(il), blank)
 
 
 @kl_divergence.register(LinearChainCRF, LinearChainCRF)

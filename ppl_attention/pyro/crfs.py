@@ -12,11 +12,12 @@ from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 
 from ..structures import torch_ops
+from ..structures.ctc import CTCAlignment
 from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
 from ..structures.semi_markov import SemiMarkov
 
-__all__ = ["LinearChainCRF", "SemiMarkovCRF"]
+__all__ = ["LinearChainCRF", "SemiMarkovCRF", "CTC"]
 
 
 class _TorchStructured(StructuredDistribution, TorchDistribution):
@@ -61,6 +62,37 @@ class SemiMarkovCRF(_TorchStructured):
     :func:`~ppl_attention.structures.semi_markov.event_to_segments` convert."""
 
     structure_class = SemiMarkov
+
+
+class CTC(_TorchStructured):
+    """CTC alignments (:mod:`ppl_attention.structures.ctc`): ``log_potentials [..., T, V]``,
+    ``labels [..., L]``, ``label_lengths``, ``input_lengths``, ``blank_id``; ``log_partition``
+    is log p(labels | x) = −``torch.nn.functional.ctc_loss``. An event is each frame's
+    extended-label state, ``[..., 2L + 1, T]``; ``extended`` gives each row's extended labels
+    (:func:`~ppl_attention.structures.ctc.event_to_frame_labels` reads an event's frame
+    labels)."""
+
+    has_enumerate_support = False
+
+    def __init__(self, log_potentials, labels, label_lengths=None, input_lengths=None,
+                 blank_id: int = 0, validate_args=None):
+        self.structure = CTCAlignment(torch_ops, log_potentials, labels, label_lengths,
+                                      input_lengths, blank_id)
+        self._args = (log_potentials, labels, label_lengths, input_lengths, blank_id)
+        TorchDistribution.__init__(self, torch.Size(self.structure.batch_shape),
+                                   torch.Size(self.structure.event_shape), validate_args=False)
+
+    @property
+    def extended(self):
+        return self.structure.extended
+
+    def expand(self, batch_shape, _instance=None):
+        pot, labels, ll, il, blank = self._args
+        batch_shape = torch.Size(batch_shape)
+        lead = lambda x: None if x is None else torch.as_tensor(x).expand(batch_shape)  # noqa: E731
+        return CTC(pot.expand(batch_shape + pot.shape[-2:]),
+                   torch.as_tensor(labels).expand(batch_shape + labels.shape[-1:]), lead(ll),
+                   lead(il), blank)
 
 
 @register_kl(LinearChainCRF, LinearChainCRF)

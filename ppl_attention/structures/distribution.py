@@ -79,9 +79,7 @@ class StructuredDistribution:
         if tuple(ev.shape[-len(self.structure.event_shape):]) != self.structure.event_shape:
             raise UserError(f"{self.structure.name}.log_prob: an event has the event shape "
                             f"{self.structure.event_shape}, got {tuple(ev.shape)}")
-        lengths = np.broadcast_to(self.ops.concrete(self.structure.lengths),
-                                  ev.shape[:-len(self.structure.event_shape)])
-        bad = self.structure_class.invalid_events(ev, lengths)
+        bad = self.structure.invalid(ev)
         if bad is not None:
             raise UserError(f"{self.structure.name}.log_prob: not a structure: {bad}")
 

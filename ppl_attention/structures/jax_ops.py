@@ -152,3 +152,25 @@ def compiled(value):
     if value not in _COMPILED:
         _COMPILED[value] = jax.jit(value, static_argnums=(0, 1))
     return _COMPILED[value]
+
+
+def to_index(x):
+    return jnp.asarray(x).astype(jnp.int32)
+
+
+def log_softmax(x, dim: int):
+    return jax.nn.log_softmax(x, dim)
+
+
+def take_last(x, index):
+    """``x [..., T, V]`` at ``index [..., S]`` → ``[..., T, S]``."""
+    idx = jnp.broadcast_to(index[..., None, :], x.shape[:-1] + index.shape[-1:])
+    return jnp.take_along_axis(x, idx, -1)
+
+
+def from_numpy_int(array, like):
+    return jnp.asarray(array, dtype=jnp.int32)
+
+
+def from_numpy_bool(array, like):
+    return jnp.asarray(array, dtype=bool)

@@ -65,6 +65,12 @@ class Structure:
     def size(log_potentials) -> int:
         return log_potentials.shape[-3]
 
+    def invalid(self, events) -> str | None:
+        """Why NumPy ``events`` are not structures of this distribution (None: they are)."""
+        lengths = np.broadcast_to(self.ops.concrete(self.lengths),
+                                  events.shape[:events.ndim - self.event_dims])
+        return self.invalid_events(events, lengths)
+
     # --- derived ---------------------------------------------------------------------------
 
     def _value(self, semiring, theta, lengths=None, key=None):

@@ -3,6 +3,7 @@ is :mod:`.jax_ops`; both expose the same names)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .semirings import LOG, MAX, SAMPLE
@@ -136,3 +137,25 @@ def cast_like(x, like):
 def compiled(value):
     """The recursion as it is (PyTorch runs eagerly)."""
     return value
+
+
+def to_index(x):
+    return torch.as_tensor(x).long() if not isinstance(x, torch.Tensor) else x.long()
+
+
+def log_softmax(x, dim: int):
+    return torch.log_softmax(x, dim)
+
+
+def take_last(x, index):
+    """``x [..., T, V]`` at ``index [..., S]`` → ``[..., T, S]``."""
+    idx = index[..., None, :].expand(*x.shape[:-1], index.shape[-1])
+    return torch.gather(x, -1, idx)
+
+
+def from_numpy_int(array, like):
+    return torch.as_tensor(np.array(array), dtype=torch.long, device=like.device)
+
+
+def from_numpy_bool(array, like):
+    return torch.as_tensor(np.array(array), dtype=torch.bool, device=like.device)

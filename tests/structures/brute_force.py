@@ -46,6 +46,26 @@ def semi_markov_structures(n: int, m: int, t: int, length: int):
         yield ev, segs
 
 
+def ctc_structures(logp: np.ndarray, labels, t_len: int, blank: int = 0):
+    """(event [2L + 1, T], frame labels) of every frame labelling π ∈ V^{t_len} whose collapse
+    (repeats merged, then blanks dropped) is ``labels`` — each with its extended-label state
+    path, read off π itself; ``logp [T, V]``."""
+    T, V = logp.shape
+    L = len(labels)
+    for pi in itertools.product(range(V), repeat=t_len):
+        collapsed = [c for k, c in enumerate(pi) if c != blank and (k == 0 or c != pi[k - 1])]
+        if collapsed != list(labels):
+            continue
+        ev = np.zeros((2 * L + 1, T))
+        done, prev = 0, None  # labels emitted so far, the symbol before
+        for k, c in enumerate(pi):
+            if c != blank and c != prev:
+                done += 1  # a new label (a repeat needs a blank in between)
+            ev[2 * done if c == blank else 2 * done - 1, k] = 1.0
+            prev = c
+        yield ev, pi
+
+
 def summary(events: np.ndarray, theta: np.ndarray, other: np.ndarray | None = None) -> dict:
     """From ``events [K, *event]`` and potentials: log Z, marginals, entropy, the best event and
     its score, every event's log-probability, and against ``other`` potentials the
