@@ -35,6 +35,7 @@ _NAMES = {
     "MaskedDirichlet": "pyro.distributions", "MaskedRelaxedCategorical": "pyro.distributions",
     "DependencyTree": "pyro.trees", "LinearChainCRF": "pyro.crfs",
     "SemiMarkovCRF": "pyro.crfs", "CTC": "pyro.crfs",
+    "TreeCRF": "pyro.crfs",
     **{n: "pyro.families" for n in ("FAMILIES", "Categorical", "Dirichlet", "Family",
                                     "GaussianContext", "LogNormal", "MarkovCategorical",
                                     "RelaxedCategorical", "SegmentCRF", "Soft", "Tree",

@@ -8,7 +8,7 @@ Needs the ``numpyro`` extra: ``pip install -e ".[numpyro]"`` (jax, numpyro, funs
 
 from . import distributions, families, kl, scores
 from .attend import attend, broadcast_source_mask
-from .crfs import CTC, LinearChainCRF, SemiMarkovCRF
+from .crfs import CTC, LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .families import (
     Categorical,
     Dirichlet,
@@ -38,5 +38,5 @@ def __getattr__(name):
 __all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl", "scores",
            "Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
            "LogNormal", "GaussianContext", "Tree", "TreeMarginals", "DependencyTree",
-           "LinearChainCRF", "SemiMarkovCRF", "CTC",
+           "LinearChainCRF", "SemiMarkovCRF", "CTC", "TreeCRF",
            "make_family"]

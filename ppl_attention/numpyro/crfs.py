@@ -13,8 +13,9 @@ from ..structures.ctc import CTCAlignment
 from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
 from ..structures.semi_markov import SemiMarkov
+from ..structures.tree_crf import TreeCRFStructure
 
-__all__ = ["LinearChainCRF", "SemiMarkovCRF", "CTC"]
+__all__ = ["LinearChainCRF", "SemiMarkovCRF", "TreeCRF", "CTC"]
 
 
 class _JaxStructured(StructuredDistribution, Distribution):
@@ -86,4 +87,16 @@ def _kl_chain(p, q):
 
 @kl_divergence.register(SemiMarkovCRF, SemiMarkovCRF)
 def _kl_semi_markov(p, q):
+    return p.kl_divergence(q)
+
+
+class TreeCRF(_JaxStructured):
+    """As :class:`ppl_attention.pyro.crfs.TreeCRF`: ``log_potentials [..., n, n, l]``,
+    ``lengths [...]``; events are indicator arrays of the potentials' shape."""
+
+    structure_class = TreeCRFStructure
+
+
+@kl_divergence.register(TreeCRF, TreeCRF)
+def _kl_tree_crf(p, q):
     return p.kl_divergence(q)

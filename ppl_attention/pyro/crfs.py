@@ -16,8 +16,9 @@ from ..structures.ctc import CTCAlignment
 from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
 from ..structures.semi_markov import SemiMarkov
+from ..structures.tree_crf import TreeCRFStructure
 
-__all__ = ["LinearChainCRF", "SemiMarkovCRF", "CTC"]
+__all__ = ["LinearChainCRF", "SemiMarkovCRF", "TreeCRF", "CTC"]
 
 
 class _TorchStructured(StructuredDistribution, TorchDistribution):
@@ -102,4 +103,20 @@ def _kl_chain(p, q):
 
 @register_kl(SemiMarkovCRF, SemiMarkovCRF)
 def _kl_semi_markov(p, q):
+    return p.kl_divergence(q)
+
+
+class TreeCRF(_TorchStructured):
+    """A constituency tree CRF in SynJax's convention (:mod:`ppl_attention.structures.tree_crf`):
+    ``log_potentials [..., n, n, l]`` — ``[i, j, c]`` scores the span i … j (inclusive) with
+    label c; a binary tree over L words has 2L − 1 spans, leaves and root included —,
+    ``lengths [...]`` in 1 … n. An event is the indicator array of the potentials' shape, one 1
+    per span; :func:`~ppl_attention.structures.tree_crf.spans_to_event` and
+    :func:`~ppl_attention.structures.tree_crf.event_to_spans` convert."""
+
+    structure_class = TreeCRFStructure
+
+
+@register_kl(TreeCRF, TreeCRF)
+def _kl_tree_crf(p, q):
     return p.kl_divergence(q)

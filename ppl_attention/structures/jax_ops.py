@@ -174,3 +174,8 @@ def from_numpy_int(array, like):
 
 def from_numpy_bool(array, like):
     return jnp.asarray(array, dtype=bool)
+
+
+def diagonal(x, offset: int):
+    """``x [..., n, n, l]``'s entries (i, i + offset) → ``[..., l, n − offset]``."""
+    return jnp.diagonal(x, offset, -3, -2)

@@ -159,3 +159,8 @@ def from_numpy_int(array, like):
 
 def from_numpy_bool(array, like):
     return torch.as_tensor(np.array(array), dtype=torch.bool, device=like.device)
+
+
+def diagonal(x, offset: int):
+    """``x [..., n, n, l]``'s entries (i, i + offset) → ``[..., l, n − offset]``."""
+    return torch.diagonal(x, offset, -3, -2)

@@ -66,6 +66,24 @@ def ctc_structures(logp: np.ndarray, labels, t_len: int, blank: int = 0):
         yield ev, pi
 
 
+def bracketings(i: int, j: int):
+    """Every binary tree over words i … j as its list of spans."""
+    if i == j:
+        return [[(i, i)]]
+    return [[(i, j)] + left + right for k in range(i, j)
+            for left in bracketings(i, k) for right in bracketings(k + 1, j)]
+
+
+def tree_crf_structures(n: int, labels: int, length: int):
+    """(event [n, n, l], labelled spans) of every labelled binary tree over ``length`` words."""
+    for spans in bracketings(0, length - 1):
+        for chosen in itertools.product(range(labels), repeat=len(spans)):
+            ev = np.zeros((n, n, labels))
+            for (i, j), c in zip(spans, chosen, strict=True):
+                ev[i, j, c] = 1.0
+            yield ev, tuple(zip(spans, chosen, strict=True))
+
+
 def summary(events: np.ndarray, theta: np.ndarray, other: np.ndarray | None = None) -> dict:
     """From ``events [K, *event]`` and potentials: log Z, marginals, entropy, the best event and
     its score, every event's log-probability, and against ``other`` potentials the
