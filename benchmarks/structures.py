@@ -10,9 +10,12 @@ equal to ours on potentials converted between the two conventions.
     python benchmarks/structures.py --reps 5
 
 Structures measured: ``chain`` (``LinearChainCRF``, n = 128, t = 32; torch-struct's log Z
-checked equal to ours first) and ``semi-markov`` (``SemiMarkovCRF``, n = 64, m = 8, t = 8;
+checked equal to ours first), ``semi-markov`` (``SemiMarkovCRF``, n = 64, m = 8, t = 8;
 torch-struct's potentials of the same size, ``[B, n − 1, m, t, t]``, not checked: its convention
-has no exact conversion to SynJax's).
+has no exact conversion to SynJax's), ``tree-crf`` (``TreeCRF``, n = 32, l = 8; the same
+convention as torch-struct's, checked) and ``ctc`` (``CTC``, T = 200, L = 50, V = 32; the torch
+peer is ``torch.nn.functional.ctc_loss`` and the JAX peer ``optax.ctc_loss``, both checked
+equal; they do not sample).
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import subprocess
 import sys
 import time
 
-SIZES = {"chain": {"n": 128, "t": 32}, "semi-markov": {"n": 64, "m": 8, "t": 8}}
-#: the peer's class, and whether its log Z is checked equal to ours first (the conventions of
-#: its semi-Markov CRF — N − 1 edges, segment sizes 1 … K − 1 — have no exact conversion here)
-PEERS = {"chain": ("LinearChainCRF", True), "semi-markov": ("SemiMarkovCRF", False)}
+SIZES = {"chain": {"n": 128, "t": 32}, "semi-markov": {"n": 64, "m": 8, "t": 8},
+         "tree-crf": {"n": 32, "l": 8}, "ctc": {"T": 200, "L": 50, "V": 32}}
+#: the torch peer, and whether its log Z is checked equal to ours first (the conventions of
+#: torch-struct's semi-Markov CRF — N − 1 edges, segment sizes 1 … K − 1 — have no exact
+#: conversion here); CTC's peers are ``torch.nn.functional.ctc_loss`` and ``optax.ctc_loss``
+PEERS = {"chain": ("LinearChainCRF", True), "semi-markov": ("SemiMarkovCRF", False),
+         "tree-crf": ("TreeCRF", True), "ctc": ("ctc_loss", True)}
 
 
 def _to_torch_struct(theta):
@@ -39,31 +45,57 @@ def _to_torch_struct(theta):
     return edge
 
 
-def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
+def _data(structure: str, batch: int):
     import numpy as np
 
-    size = SIZES[structure]
-    shape = ((batch, size["n"], size["t"], size["t"]) if structure == "chain" else
-             (batch, size["n"], size["m"], size["t"], size["t"]))
+    z = SIZES[structure]
     rng = np.random.default_rng(0)
-    theta_np = rng.normal(size=shape).astype(np.float32)
-    if impl == "numpyro":
+    shape = {"chain": (batch, z.get("n"), z.get("t"), z.get("t")),
+             "semi-markov": (batch, z.get("n"), z.get("m"), z.get("t"), z.get("t")),
+             "tree-crf": (batch, z.get("n"), z.get("n"), z.get("l")),
+             "ctc": (batch, z.get("T"), z.get("V"))}[structure]
+    theta = rng.normal(size=shape).astype(np.float32)
+    labels = rng.integers(1, z["V"], size=(batch, z["L"])) if structure == "ctc" else None
+    return theta, labels
+
+
+def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
+    theta_np, labels_np = _data(structure, batch)
+    if impl in ("numpyro", "jax-peer"):
         import jax
         import jax.numpy as jnp
 
-        from ppl_attention.structures import jax_ops
-        from ppl_attention.structures.linear_chain import LinearChain
-        from ppl_attention.structures.semi_markov import SemiMarkov
+        from ppl_attention.numpyro import crfs
 
-        cls = LinearChain if structure == "chain" else SemiMarkov
         theta = jnp.asarray(theta_np)
-        if what == "logz":
-            fn = jax.jit(jax.grad(lambda th: cls(jax_ops, th).log_partition().sum()))
+        if impl == "jax-peer":
+            import optax
+
+            zeros_t = jnp.zeros(theta.shape[:2])
+            zeros_l = jnp.zeros(labels_np.shape)
+            labels = jnp.asarray(labels_np)
+            mine = crfs.CTC(theta.astype(jnp.float64) if jax.config.x64_enabled else theta,
+                            labels).log_partition
+            theirs = -optax.ctc_loss(theta, zeros_t, labels, zeros_l)
+            assert jnp.allclose(mine, theirs, rtol=1e-4), (mine, theirs)
+            fn = jax.jit(jax.grad(lambda th: optax.ctc_loss(th, zeros_t, labels,
+                                                            zeros_l).sum()))
             call = lambda: fn(theta).block_until_ready()  # noqa: E731
         else:
-            fn = jax.jit(lambda th, k: cls(jax_ops, th).sample((), k))
-            key = jax.random.PRNGKey(0)
-            call = lambda: fn(theta, key).block_until_ready()  # noqa: E731
+            if structure == "ctc":
+                labels = jnp.asarray(labels_np)
+                make = lambda th: crfs.CTC(th, labels)  # noqa: E731
+            else:
+                cls = {"chain": crfs.LinearChainCRF, "semi-markov": crfs.SemiMarkovCRF,
+                       "tree-crf": crfs.TreeCRF}[structure]
+                make = cls
+            if what == "logz":
+                fn = jax.jit(jax.grad(lambda th: make(th).log_partition.sum()))
+                call = lambda: fn(theta).block_until_ready()  # noqa: E731
+            else:
+                fn = jax.jit(lambda th, k: make(th).sample(k))
+                key = jax.random.PRNGKey(0)
+                call = lambda: fn(theta, key).block_until_ready()  # noqa: E731
     else:
         import torch
 
@@ -71,7 +103,10 @@ def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
 
         torch.set_num_threads(1)
         theta = torch.tensor(theta_np)
-        ours = crfs.LinearChainCRF if structure == "chain" else crfs.SemiMarkovCRF
+        labels = None if labels_np is None else torch.tensor(labels_np)
+        ours = {"chain": crfs.LinearChainCRF, "semi-markov": crfs.SemiMarkovCRF,
+                "tree-crf": crfs.TreeCRF,
+                "ctc": lambda th: crfs.CTC(th, labels)}[structure]
         if impl == "pyro":
             def call():
                 d = ours(theta.clone().requires_grad_(True))
@@ -79,18 +114,36 @@ def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
                     d.log_partition.sum().backward()
                 else:
                     d.sample()
+        elif structure == "ctc":
+            B, T = theta.shape[:2]
+            il, ll = torch.full((B,), T), torch.full((B,), labels.shape[1])
+
+            def loss(th):
+                return torch.nn.functional.ctc_loss(th.log_softmax(-1).transpose(0, 1), labels,
+                                                    il, ll, reduction="none")
+
+            mine = ours(theta.double()).log_partition
+            assert torch.allclose(mine, -loss(theta.double()), rtol=1e-8)
+
+            def call():
+                loss(theta.clone().requires_grad_(True)).sum().backward()
         else:
             import torch_struct
 
             name, checked = PEERS[structure]
             peer = getattr(torch_struct, name)
-            if checked:
+            if structure == "chain":
                 mine = ours(theta.double()).log_partition
                 theirs = peer(_to_torch_struct(theta.double())).partition
-                assert torch.allclose(mine, theirs, rtol=1e-8), (mine, theirs)
                 edge = _to_torch_struct(theta)
+            elif structure == "tree-crf":
+                mine = ours(theta.double()).log_partition
+                theirs = peer(theta.double()).partition
+                edge = theta
             else:
                 edge = theta[:, 1:].contiguous()  # [B, n − 1, m, t, t]: the same size
+            if checked:
+                assert torch.allclose(mine, theirs, rtol=1e-8), (mine, theirs)
 
             def call():
                 d = peer(edge.clone().requires_grad_(True))
@@ -113,7 +166,9 @@ def _baseline_rss(impl: str) -> float:
     imports = {"pyro": "import torch, ppl_attention.pyro.crfs",
                "numpyro": "import jax, jax.numpy as jnp, ppl_attention.numpyro.crfs; "
                           "jnp.zeros(1).block_until_ready()",
-               "torch-struct": "import torch, torch_struct, ppl_attention.pyro.crfs"}[impl]
+               "torch-struct": "import torch, torch_struct, ppl_attention.pyro.crfs",
+               "jax-peer": "import jax, jax.numpy as jnp, optax, ppl_attention.numpyro.crfs; "
+                           "jnp.zeros(1).block_until_ready()"}[impl]
     code = f"import resource; {imports}; print(resource.getrusage(resource.RUSAGE_SELF)" \
            f".ru_maxrss / 1024)"
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -143,7 +198,7 @@ def main() -> int:
     unknown = [s for s in structures if s not in SIZES]
     if unknown:
         ap.error(f"--structures: unknown {unknown}; known: {', '.join(SIZES)}")
-    impls = ["pyro", "torch-struct", "numpyro"]
+    impls = ["pyro", "torch-struct", "numpyro", "jax-peer"]
     try:
         import torch_struct  # noqa: F401
     except ImportError:
@@ -156,12 +211,17 @@ def main() -> int:
         for what in ("logz", "sample"):
             row = {"structure": structure, "what": what}
             for impl in impls:
+                if (impl == "jax-peer" and structure != "ctc") or (
+                        structure == "ctc" and what == "sample" and impl.endswith(("peer",
+                                                                                    "struct"))):
+                    row[impl] = None  # no such peer (torch-struct's column is ctc_loss for CTC)
+                    continue
                 cmd = [sys.executable, __file__, "--child", "--impl", impl, "--structure",
                        structure, "--what", what, "--batch", str(args.batch), "--reps",
                        str(args.reps)]
                 res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
                 if res.returncode:
-                    row[impl] = None
+                    row[impl] = "failed"
                     print(f"{impl} {structure} {what} failed: {res.stderr.strip()[-400:]}",
                           file=sys.stderr)
                     continue
@@ -173,21 +233,25 @@ def main() -> int:
           f"thread per torch process); peak memory above an idle process in MB; JAX's first "
           f"call (compilation) apart\n")
     print("| structure | sizes | operation | " + " | ".join(f"{i} ms | {i} MB" for i in impls)
-          + " | pyro / torch-struct |")
+          + " | ours / peer |")
     print("|---" * (3 + 2 * len(impls) + 1) + "|")
     for r in rows:
         cells = []
         for i in impls:
             v = r[i]
-            cells += ["failed", "—"] if v is None else [f"{v[0]:.1f}", f"{v[1]:.0f}"]
+            cells += (["—", "—"] if v is None else ["failed", "—"] if v == "failed" else
+                      [f"{v[0]:.1f}", f"{v[1]:.0f}"])
         ratio = "—"
-        if "torch-struct" in impls and r["pyro"] and r["torch-struct"]:
+        ok = {i: r.get(i) not in (None, "failed") for i in impls}
+        if "torch-struct" in impls and ok["pyro"] and ok["torch-struct"]:
             ratio = f"{r['pyro'][0] / r['torch-struct'][0]:.2f}"
+        if ok.get("jax-peer") and ok["numpyro"]:
+            ratio += f"; numpyro / optax {r['numpyro'][0] / r['jax-peer'][0]:.2f}"
         sizes = ", ".join(f"{k} = {v}" for k, v in SIZES[r["structure"]].items())
         sizes += "" if PEERS[r["structure"]][1] else " (peer's log Z not checked)"
         op = {"logz": "log Z fwd + bwd", "sample": "one sample per row"}[r["what"]]
         print(f"| {r['structure']} | {sizes} | {op} | " + " | ".join(cells) + f" | {ratio} |")
-    jax_first = [r["numpyro"][2] for r in rows if r.get("numpyro")]
+    jax_first = [r["numpyro"][2] for r in rows if r.get("numpyro") not in (None, "failed")]
     if jax_first:
         print(f"\nJAX compile + first call: {', '.join(f'{s:.1f} s' for s in jax_first)}")
     return 0
