@@ -32,11 +32,21 @@ def tree_crf_value(ops, semiring, log_potentials, lengths, key=None):
         diag = ops.diagonal(log_potentials, w)  # [..., l, n − w]
         return ops.plus(semiring, diag, -2, ops.fold_in(key, 2 * n + w))
 
-    chart = [span_labels(0)]
+    def pad(x, front: int, back: int):  # [..., k] → [..., front + k + back], log 0 added
+        parts = ([ops.full_last(x, front, LOG_ZERO)] if front else []) + [x]
+        return ops.concat(parts + ([ops.full_last(x, back, LOG_ZERO)] if back else []), -1)
+
+    # starts[w][i] = β(i, i + w) and ends[w][j] = β(j − w, j), both padded to n positions, so
+    # that each width's splits are two stacks, one sum and one ⊕ (not a loop over split points)
+    first = span_labels(0)
+    starts, ends, chart = [first], [first], [first]
     for w in range(1, n):
-        splits = ops.stack([chart[k][..., :n - w] + chart[w - 1 - k][..., k + 1:k + 1 + n - w]
-                            for k in range(w)], -1)  # [..., n − w, w]
-        chart.append(span_labels(w) + ops.plus(semiring, splits, -1, ops.fold_in(key, w)))
+        left = ops.stack(starts[:w], -1)[..., :n - w, :]  # β(i, i + k), k < w
+        right = ops.stack(ends[w - 1::-1], -1)[..., w:, :]  # β(i + k + 1, i + w)
+        beta = span_labels(w) + ops.plus(semiring, left + right, -1, ops.fold_in(key, w))
+        chart.append(beta)
+        starts.append(pad(beta, 0, w))
+        ends.append(pad(beta, w, 0))
     roots = ops.stack([chart[w][..., 0] for w in range(n)], -1)  # β(0, w): [..., n]
     widths = ops.arange(n, log_potentials)
     roots = ops.where(widths == (lengths[..., None] - 1), roots, LOG_ZERO)
