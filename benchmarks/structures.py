@@ -244,9 +244,9 @@ def main() -> int:
         ratio = "—"
         ok = {i: r.get(i) not in (None, "failed") for i in impls}
         if "torch-struct" in impls and ok["pyro"] and ok["torch-struct"]:
-            ratio = f"{r['pyro'][0] / r['torch-struct'][0]:.2f}"
+            ratio = f"{r['pyro'][0] / r['torch-struct'][0]:.3g}"
         if ok.get("jax-peer") and ok["numpyro"]:
-            ratio += f"; numpyro / optax {r['numpyro'][0] / r['jax-peer'][0]:.2f}"
+            ratio += f"; numpyro / optax {r['numpyro'][0] / r['jax-peer'][0]:.3g}"
         sizes = ", ".join(f"{k} = {v}" for k, v in SIZES[r["structure"]].items())
         sizes += "" if PEERS[r["structure"]][1] else " (peer's log Z not checked)"
         op = {"logz": "log Z fwd + bwd", "sample": "one sample per row"}[r["what"]]
