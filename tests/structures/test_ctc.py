@@ -19,6 +19,9 @@ from ppl_attention.structures.ctc import event_to_frame_labels
 jax.config.update("jax_enable_x64", True)
 
 BACKENDS = ["pyro", "numpyro"]
+#: draws of the chi-square test: a fast form in the default tier, 20,000 in the statistical one
+DRAWS = [pytest.param(2_000, id="fast"),
+         pytest.param(20_000, id="full", marks=pytest.mark.statistical)]
 
 
 def make(backend, x, labels, ll=None, il=None, blank=0):
@@ -89,10 +92,11 @@ def test_every_operation_equals_brute_force(backend):
                                    ref["log_p"], atol=1e-10)
 
 
+@pytest.mark.parametrize("k", DRAWS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exact_draws_pass_chi_square(backend):
+def test_exact_draws_pass_chi_square(backend, k):
     rng = np.random.default_rng(2)
-    T, V, k = 5, 3, 20_000
+    T, V = 5, 3
     x = rng.normal(size=(1, T, V))
     labels, ll, il = np.array([[1, 1]]), np.array([2]), np.array([5])
     d = make(backend, x, labels, ll, il)

@@ -26,6 +26,9 @@ from ppl_attention.structures.linear_chain import event_to_labels, labels_to_eve
 jax.config.update("jax_enable_x64", True)
 
 BACKENDS = ["pyro", "numpyro"]
+#: draws of the chi-square test: a fast form in the default tier, 20,000 in the statistical one
+DRAWS = [pytest.param(2_000, id="fast"),
+         pytest.param(20_000, id="full", marks=pytest.mark.statistical)]
 
 
 def make(backend, theta, lengths=None, dtype=np.float64):
@@ -96,9 +99,10 @@ def _draws(backend, d, k):
     return arr(d.sample(jax.random.PRNGKey(0), (k,)))
 
 
+@pytest.mark.parametrize("k", DRAWS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exact_draws_pass_chi_square(backend):
-    n, t, k = 3, 3, 20_000
+def test_exact_draws_pass_chi_square(backend, k):
+    n, t = 3, 3
     theta = potentials(np.random.default_rng(3), 2, n, t)
     lengths = np.array([3, 2])
     d = make(backend, theta, lengths)

@@ -18,6 +18,9 @@ from ppl_attention.structures.semi_markov import event_to_segments, segments_to_
 jax.config.update("jax_enable_x64", True)
 
 BACKENDS = ["pyro", "numpyro"]
+#: draws of the chi-square test: a fast form in the default tier, 20,000 in the statistical one
+DRAWS = [pytest.param(2_000, id="fast"),
+         pytest.param(20_000, id="full", marks=pytest.mark.statistical)]
 
 
 def make(backend, theta, lengths=None, dtype=np.float64):
@@ -60,9 +63,10 @@ def test_every_operation_equals_brute_force(backend, n, m, t):
                                    ref["log_p"], atol=1e-10)
 
 
+@pytest.mark.parametrize("k", DRAWS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exact_draws_pass_chi_square(backend):
-    n, m, t, k = 4, 2, 2, 20_000
+def test_exact_draws_pass_chi_square(backend, k):
+    n, m, t = 4, 2, 2
     theta = np.random.default_rng(5).normal(size=(2, n, m, t, t))
     lengths = np.array([4, 3])
     d = make(backend, theta, lengths)

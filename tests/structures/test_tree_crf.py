@@ -18,6 +18,9 @@ from ppl_attention.structures.tree_crf import event_to_spans, spans_to_event
 jax.config.update("jax_enable_x64", True)
 
 BACKENDS = ["pyro", "numpyro"]
+#: draws of the chi-square test: a fast form in the default tier, 20,000 in the statistical one
+DRAWS = [pytest.param(2_000, id="fast"),
+         pytest.param(20_000, id="full", marks=pytest.mark.statistical)]
 
 
 def make(backend, theta, lengths=None, dtype=np.float64):
@@ -60,9 +63,10 @@ def test_every_operation_equals_brute_force(backend, n, labels):
                                    ref["log_p"], atol=1e-10)
 
 
+@pytest.mark.parametrize("k", DRAWS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exact_draws_pass_chi_square(backend):
-    n, labels, k = 4, 2, 20_000
+def test_exact_draws_pass_chi_square(backend, k):
+    n, labels = 4, 2
     theta = np.random.default_rng(4).normal(size=(2, n, n, labels))
     lengths = np.array([4, 3])
     d = make(backend, theta, lengths)
