@@ -14,9 +14,11 @@ from a label other than the initial state accepted: caught by
 import jax
 import jax.numpy as jnp
 import numpy as np
+import on_backends
 import pytest
 import torch
 from brute_force import chain_structures, chi_square_pvalue, summary
+from on_backends import BACKENDS, DRAWS, arr, draws
 
 from ppl_attention.core.errors import UserError
 from ppl_attention.numpyro.crfs import LinearChainCRF as JaxChain
@@ -25,22 +27,11 @@ from ppl_attention.structures.linear_chain import event_to_labels, labels_to_eve
 
 jax.config.update("jax_enable_x64", True)
 
-BACKENDS = ["pyro", "numpyro"]
-#: draws of the chi-square test: a fast form in the default tier, 20,000 in the statistical one
-DRAWS = [pytest.param(2_000, id="fast"),
-         pytest.param(20_000, id="full", marks=pytest.mark.statistical)]
-
 
 def make(backend, theta, lengths=None, dtype=np.float64):
-    if backend == "pyro":
-        return TorchChain(torch.tensor(theta, dtype=getattr(torch, np.dtype(dtype).name)),
-                          None if lengths is None else torch.tensor(lengths))
-    return JaxChain(jnp.asarray(theta, dtype=dtype),
-                    None if lengths is None else jnp.asarray(lengths))
+    return on_backends.make(backend, "LinearChainCRF", theta, lengths, dtype)
 
 
-def arr(x):
-    return x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def potentials(rng, batch, n, t):
@@ -92,12 +83,6 @@ def test_kl_is_registered_and_enumerate_support_lists_every_structure(backend):
     np.testing.assert_allclose(total, 0.0, atol=1e-10)
 
 
-def _draws(backend, d, k):
-    if backend == "pyro":
-        torch.manual_seed(0)
-        return arr(d.sample((k,)))
-    return arr(d.sample(jax.random.PRNGKey(0), (k,)))
-
 
 @pytest.mark.parametrize("k", DRAWS)
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -106,14 +91,14 @@ def test_exact_draws_pass_chi_square(backend, k):
     theta = potentials(np.random.default_rng(3), 2, n, t)
     lengths = np.array([3, 2])
     d = make(backend, theta, lengths)
-    draws = _draws(backend, d, k)  # [k, 2, n, t, t]
-    assert draws.shape == (k, 2, n, t, t)
+    drawn = draws(backend, d, k)  # [k, 2, n, t, t]
+    assert drawn.shape == (k, 2, n, t, t)
     for b, L in enumerate(lengths):
         events = [e for e, _ in chain_structures(n, t, L)]
         ref = summary(np.array(events), theta[b])
         keys = {tuple(event_to_labels(e)): j for j, e in enumerate(events)}
         counts = np.zeros(len(events))
-        for e in draws[:, b]:
+        for e in drawn[:, b]:
             counts[keys[tuple(event_to_labels(e))]] += 1
         assert chi_square_pvalue(counts, ref["probs"]) > 1e-3
 

@@ -4,39 +4,23 @@ binary tree (float64, ragged lengths in one batch), exact draws by a chi-square 
 backends against each other in float32, and bad input refused in one line."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+import on_backends
 import pytest
-import torch
 from brute_force import chi_square_pvalue, summary, tree_crf_structures
+from on_backends import BACKENDS, DRAWS, arr, conv, draws
 
 from ppl_attention.core.errors import UserError
-from ppl_attention.numpyro.crfs import TreeCRF as JaxTree
-from ppl_attention.pyro.crfs import TreeCRF as TorchTree
 from ppl_attention.structures.tree_crf import event_to_spans, spans_to_event
 
 jax.config.update("jax_enable_x64", True)
 
-BACKENDS = ["pyro", "numpyro"]
-#: draws of the chi-square test: a fast form in the default tier, 20,000 in the statistical one
-DRAWS = [pytest.param(2_000, id="fast"),
-         pytest.param(20_000, id="full", marks=pytest.mark.statistical)]
-
 
 def make(backend, theta, lengths=None, dtype=np.float64):
-    if backend == "pyro":
-        return TorchTree(torch.tensor(theta, dtype=getattr(torch, np.dtype(dtype).name)),
-                         None if lengths is None else torch.tensor(lengths))
-    return JaxTree(jnp.asarray(theta, dtype=dtype),
-                   None if lengths is None else jnp.asarray(lengths))
+    return on_backends.make(backend, "TreeCRF", theta, lengths, dtype)
 
 
-def arr(x):
-    return x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
-
-def conv(backend, x):
-    return torch.tensor(x) if backend == "pyro" else jnp.asarray(x)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -70,17 +54,13 @@ def test_exact_draws_pass_chi_square(backend, k):
     theta = np.random.default_rng(4).normal(size=(2, n, n, labels))
     lengths = np.array([4, 3])
     d = make(backend, theta, lengths)
-    if backend == "pyro":
-        torch.manual_seed(0)
-        draws = arr(d.sample((k,)))
-    else:
-        draws = arr(d.sample(jax.random.PRNGKey(0), (k,)))
+    drawn = draws(backend, d, k)
     for b, L in enumerate(lengths):
         structures = list(tree_crf_structures(n, labels, L))
         ref = summary(np.array([e for e, _ in structures]), theta[b])
         index = {tuple(sorted(s)): j for j, (_, s) in enumerate(structures)}
         counts = np.zeros(len(structures))
-        for e in draws[:, b]:
+        for e in drawn[:, b]:
             counts[index[tuple(event_to_spans(e))]] += 1
         assert chi_square_pvalue(counts, ref["probs"]) > 1e-3
 
