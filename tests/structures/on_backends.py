@@ -45,3 +45,27 @@ def draws(backend, d, k):
     import jax
 
     return arr(d.sample(jax.random.PRNGKey(0), (k,)))
+
+
+def every_operation(d, q) -> dict:
+    """Every exact quantity of ``d`` (and against ``q``) as NumPy, per batch row."""
+    return dict(log_z=arr(d.log_partition), marginals=arr(d.marginals), entropy=arr(d.entropy()),
+                best=arr(d.argmax()), cross_entropy=arr(d.cross_entropy(q)),
+                kl=arr(d.kl_divergence(q)))
+
+
+def assert_row_equals_brute_force(got: dict, b: int, ref: dict) -> None:
+    """Row ``b`` of :func:`every_operation` against the brute-force ``ref`` (float64)."""
+    np.testing.assert_allclose(got["log_z"][b], ref["log_z"], rtol=1e-10)
+    for name in ("marginals", "entropy", "cross_entropy", "kl"):
+        np.testing.assert_allclose(got[name][b], ref[name], atol=1e-10)
+    np.testing.assert_array_equal(got["best"][b], ref["best"])
+
+
+def counts_of(drawn, keys: list, key_of) -> np.ndarray:
+    """How often each structure (``keys``, in order) was drawn; ``key_of(event)`` its key."""
+    index = {k: j for j, k in enumerate(keys)}
+    counts = np.zeros(len(keys))
+    for e in drawn:
+        counts[index[key_of(e)]] += 1
+    return counts

@@ -10,6 +10,14 @@ import optax
 import pytest
 import torch
 from brute_force import chi_square_pvalue, ctc_structures, summary
+from on_backends import (
+    BACKENDS,
+    DRAWS,
+    arr,
+    assert_row_equals_brute_force,
+    counts_of,
+    every_operation,
+)
 
 from ppl_attention.core.errors import UserError
 from ppl_attention.numpyro.crfs import CTC as JaxCTC
@@ -18,10 +26,6 @@ from ppl_attention.structures.ctc import event_to_frame_labels
 
 jax.config.update("jax_enable_x64", True)
 
-BACKENDS = ["pyro", "numpyro"]
-#: draws of the chi-square test: a fast form in the default tier, 20,000 in the statistical one
-DRAWS = [pytest.param(2_000, id="fast"),
-         pytest.param(20_000, id="full", marks=pytest.mark.statistical)]
 
 
 def make(backend, x, labels, ll=None, il=None, blank=0):
@@ -30,9 +34,6 @@ def make(backend, x, labels, ll=None, il=None, blank=0):
         return TorchCTC(torch.tensor(x), torch.tensor(labels), t(ll), t(il), blank)
     return JaxCTC(jnp.asarray(x), jnp.asarray(labels), ll, il, blank)
 
-
-def arr(a):
-    return a.detach().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
 
 
 def test_log_partition_is_minus_ctc_loss_of_torch_and_optax_on_every_row():
@@ -64,8 +65,7 @@ def test_every_operation_equals_brute_force(backend):
     labels = np.array([[1, 2], [2, 2], [1, 0]])
     ll, il = np.array([2, 2, 1]), np.array([5, 4, 3])
     d, q = make(backend, x, labels, ll, il), make(backend, y, labels, ll, il)
-    log_z, marg, ent = arr(d.log_partition), arr(d.marginals), arr(d.entropy())
-    best, ce, kl = arr(d.argmax()), arr(d.cross_entropy(q)), arr(d.kl_divergence(q))
+    got = every_operation(d, q)
     for b in range(3):
         lp = x[b] - np.logaddexp.reduce(x[b], -1, keepdims=True)
         lq = y[b] - np.logaddexp.reduce(y[b], -1, keepdims=True)
@@ -80,12 +80,7 @@ def test_every_operation_equals_brute_force(backend):
         for s in range(len(ext)):
             theta[s], other[s] = lp[:, ext[s]], lq[:, ext[s]]
         ref = summary(events, theta, other)
-        np.testing.assert_allclose(log_z[b], ref["log_z"], rtol=1e-10)
-        np.testing.assert_allclose(marg[b], ref["marginals"], atol=1e-10)
-        np.testing.assert_allclose(ent[b], ref["entropy"], atol=1e-10)
-        np.testing.assert_allclose(ce[b], ref["cross_entropy"], atol=1e-10)
-        np.testing.assert_allclose(kl[b], ref["kl"], atol=1e-10)
-        np.testing.assert_array_equal(best[b], ref["best"])
+        assert_row_equals_brute_force(got, b, ref)
         conv = torch.tensor if backend == "pyro" else jnp.asarray
         row = make(backend, x[b:b + 1], labels[b:b + 1], ll[b:b + 1], il[b:b + 1])
         np.testing.assert_allclose(arr(row.log_prob(conv(events[:, None])))[:, 0],
@@ -109,10 +104,8 @@ def test_exact_draws_pass_chi_square(backend, k):
     found = list(ctc_structures(lp, [1, 1], 5))
     probs = np.exp([sum(lp[t, c] for t, c in enumerate(pi)) for _, pi in found])
     probs /= probs.sum()
-    index = {pi: j for j, (_, pi) in enumerate(found)}
-    counts = np.zeros(len(found))
-    for e in draws:
-        counts[index[tuple(event_to_frame_labels(e, d.extended[0]))]] += 1
+    counts = counts_of(draws, [pi for _, pi in found],
+                       lambda e: tuple(event_to_frame_labels(e, d.extended[0])))
     assert chi_square_pvalue(counts, probs) > 1e-3
 
 

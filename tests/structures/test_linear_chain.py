@@ -18,7 +18,15 @@ import on_backends
 import pytest
 import torch
 from brute_force import chain_structures, chi_square_pvalue, summary
-from on_backends import BACKENDS, DRAWS, arr, draws
+from on_backends import (
+    BACKENDS,
+    DRAWS,
+    arr,
+    assert_row_equals_brute_force,
+    counts_of,
+    draws,
+    every_operation,
+)
 
 from ppl_attention.core.errors import UserError
 from ppl_attention.numpyro.crfs import LinearChainCRF as JaxChain
@@ -45,19 +53,13 @@ def test_every_operation_equals_brute_force(backend, n, t):
     theta, other = potentials(rng, 3, n, t), potentials(rng, 3, n, t)
     lengths = np.array([n, max(1, n - 1), max(1, n - 2)])  # ragged in one batch
     d, q = make(backend, theta, lengths), make(backend, other, lengths)
-    log_z, marg, ent = arr(d.log_partition), arr(d.marginals), arr(d.entropy())
-    best, ce, kl = arr(d.argmax()), arr(d.cross_entropy(q)), arr(d.kl_divergence(q))
+    got = every_operation(d, q)
     for b, L in enumerate(lengths):
         events = np.array([e for e, _ in chain_structures(n, t, L)])
         ref = summary(events, theta[b], other[b])
-        np.testing.assert_allclose(log_z[b], ref["log_z"], rtol=1e-10)
-        np.testing.assert_allclose(marg[b], ref["marginals"], atol=1e-10)
-        np.testing.assert_allclose(ent[b], ref["entropy"], atol=1e-10)
-        np.testing.assert_allclose(ce[b], ref["cross_entropy"], atol=1e-10)
-        np.testing.assert_allclose(kl[b], ref["kl"], atol=1e-10)
-        np.testing.assert_array_equal(best[b], ref["best"])
+        assert_row_equals_brute_force(got, b, ref)
         np.testing.assert_allclose(arr(d.max_score())[b], ref["best_score"], rtol=1e-10)
-        assert np.all(marg[b, L:] == 0)  # nothing past the length
+        assert np.all(got["marginals"][b, L:] == 0)  # nothing past the length
         # log_prob of every structure, that row's potentials broadcast over the events
         row = make(backend, theta[b:b + 1], lengths[b:b + 1])
         ev = events[:, None]
@@ -96,10 +98,8 @@ def test_exact_draws_pass_chi_square(backend, k):
     for b, L in enumerate(lengths):
         events = [e for e, _ in chain_structures(n, t, L)]
         ref = summary(np.array(events), theta[b])
-        keys = {tuple(event_to_labels(e)): j for j, e in enumerate(events)}
-        counts = np.zeros(len(events))
-        for e in drawn[:, b]:
-            counts[keys[tuple(event_to_labels(e))]] += 1
+        counts = counts_of(drawn[:, b], [tuple(event_to_labels(e)) for e in events],
+                           lambda e: tuple(event_to_labels(e)))
         assert chi_square_pvalue(counts, ref["probs"]) > 1e-3
 
 

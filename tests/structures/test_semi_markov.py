@@ -8,7 +8,16 @@ import numpy as np
 import on_backends
 import pytest
 from brute_force import chi_square_pvalue, semi_markov_structures, summary
-from on_backends import BACKENDS, DRAWS, arr, conv, draws
+from on_backends import (
+    BACKENDS,
+    DRAWS,
+    arr,
+    assert_row_equals_brute_force,
+    conv,
+    counts_of,
+    draws,
+    every_operation,
+)
 
 from ppl_attention.core.errors import UserError
 from ppl_attention.structures.semi_markov import event_to_segments, segments_to_event
@@ -31,17 +40,11 @@ def test_every_operation_equals_brute_force(backend, n, m, t):
     other = rng.normal(size=(3, n, m, t, t)) * 1.5
     lengths = np.array([n, max(1, n - 1), max(1, n - 3)])
     d, q = make(backend, theta, lengths), make(backend, other, lengths)
-    log_z, marg, ent = arr(d.log_partition), arr(d.marginals), arr(d.entropy())
-    best, ce, kl = arr(d.argmax()), arr(d.cross_entropy(q)), arr(d.kl_divergence(q))
+    got = every_operation(d, q)
     for b, L in enumerate(lengths):
         events = np.array([e for e, _ in semi_markov_structures(n, m, t, L)])
         ref = summary(events, theta[b], other[b])
-        np.testing.assert_allclose(log_z[b], ref["log_z"], rtol=1e-10)
-        np.testing.assert_allclose(marg[b], ref["marginals"], atol=1e-10)
-        np.testing.assert_allclose(ent[b], ref["entropy"], atol=1e-10)
-        np.testing.assert_allclose(ce[b], ref["cross_entropy"], atol=1e-10)
-        np.testing.assert_allclose(kl[b], ref["kl"], atol=1e-10)
-        np.testing.assert_array_equal(best[b], ref["best"])
+        assert_row_equals_brute_force(got, b, ref)
         row = make(backend, theta[b:b + 1], lengths[b:b + 1])
         np.testing.assert_allclose(arr(row.log_prob(conv(backend, events[:, None])))[:, 0],
                                    ref["log_p"], atol=1e-10)
@@ -58,10 +61,8 @@ def test_exact_draws_pass_chi_square(backend, k):
     for b, L in enumerate(lengths):
         structures = list(semi_markov_structures(n, m, t, L))
         ref = summary(np.array([e for e, _ in structures]), theta[b])
-        index = {tuple(s): j for j, (_, s) in enumerate(structures)}
-        counts = np.zeros(len(structures))
-        for e in drawn[:, b]:
-            counts[index[tuple(event_to_segments(e))]] += 1
+        counts = counts_of(drawn[:, b], [tuple(s) for _, s in structures],
+                           lambda e: tuple(event_to_segments(e)))
         assert chi_square_pvalue(counts, ref["probs"]) > 1e-3
 
 
