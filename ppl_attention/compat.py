@@ -60,6 +60,8 @@ OLD_PATHS = {
     "cli.sweep": "cli.compare",
     "data.wordalign": "data.wordalign_task",
     "numpyro.batching": "numpyro.jax_batches",
+    "numpyro.models.ibm2": "numpyro.models.word_aligners",
+    "numpyro.models.hmm_aligner": "numpyro.models.word_aligners",
 }
 
 _ROOT = __name__.rpartition(".")[0]

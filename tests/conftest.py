@@ -1,16 +1,87 @@
+import ast
+import importlib
 import os
+from pathlib import Path
 
-import pyro
 import pytest
-import torch
 
 from ppl_attention.data import make_task, write_pharaoh, write_tsv
 
-# One intra-op thread in the test process: the tests' tensors are tiny, and on a busy 2-core
-# machine torch's OpenMP threads spin at their barriers (tests/pyro/test_seq2seq.py: 204 s with two
-# threads, 26 s with one, at load 4). Subprocesses (examples, torchrun, Ray workers) keep
-# torch's default.
-torch.set_num_threads(1)
+try:  # the NumPyro-only stack (CI's Python 3.12 leg) has neither torch nor Pyro
+    import pyro
+    import torch
+except ModuleNotFoundError as missing:
+    if missing.name not in ("torch", "pyro"):
+        raise
+    pyro = torch = None
+
+if torch is not None:
+    # One intra-op thread in the test process: the tests' tensors are tiny, and on a busy
+    # 2-core machine torch's OpenMP threads spin at their barriers (tests/pyro/test_seq2seq.py:
+    # 204 s with two threads, 26 s with one, at load 4). Subprocesses (examples, torchrun, Ray
+    # workers) keep torch's default.
+    torch.set_num_threads(1)
+
+TESTS = Path(__file__).parent
+
+#: without torch, the test modules left out because an import of theirs needs torch or Pyro
+NOT_COLLECTED: list[str] = []
+
+
+def _needs_torch(path: Path, seen: set) -> bool:
+    """Whether a module-level import of the test file at ``path`` (or of a helper module beside
+    it) fails for want of torch or Pyro: each imported module is imported, not read from a
+    list kept by hand."""
+    if path in seen or not path.exists():
+        return False
+    seen.add(path)
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            helper = path.parent.joinpath(*([".."] * (node.level - 1)),
+                                          *(node.module or "").split("."))
+            if _needs_torch(helper.with_suffix(".py"), seen):
+                return True
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            root = name.split(".")[0]
+            helpers = sorted(TESTS.rglob(f"{root}.py"))
+            if helpers:  # a helper module of the tests (``brute_force``, ``matrix`` …)
+                if any(_needs_torch(h, seen) for h in helpers):
+                    return True
+                continue
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as missing:
+                if missing.name and missing.name.split(".")[0] in ("torch", "pyro"):
+                    return True
+                raise
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Without torch, a test module that needs it is not collected — and said so at the end
+    (:func:`pytest_terminal_summary`), never silently."""
+    if torch is not None or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    if _needs_torch(Path(collection_path), set()):
+        NOT_COLLECTED.append(str(Path(collection_path).relative_to(config.rootpath)))
+        return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if NOT_COLLECTED:
+        terminalreporter.write_line(
+            f"torch and Pyro are not installed: {len(NOT_COLLECTED)} test modules that need "
+            f"them were not collected ({', '.join(sorted(NOT_COLLECTED))})")
 
 
 def _xla_without_llvm_optimization():
@@ -60,6 +131,9 @@ def _jax_compilation_cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _fresh_pyro():
     """Each test starts with an empty param store and a fixed seed."""
+    if pyro is None:
+        yield
+        return
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
     torch.set_default_dtype(torch.float32)

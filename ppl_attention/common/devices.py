@@ -37,7 +37,7 @@ def check_spec(spec: str | None) -> str:
 
 
 def device_count(backend: str) -> int:
-    """GPUs the backend sees (0 when none, or when JAX is not installed)."""
+    """GPUs the backend sees (0 when none, or when its array library is not installed)."""
     if backend == "numpyro":
         try:
             import jax
@@ -45,8 +45,10 @@ def device_count(backend: str) -> int:
             return len(jax.devices("gpu"))
         except (ImportError, RuntimeError):
             return 0
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 

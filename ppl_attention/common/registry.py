@@ -44,9 +44,7 @@ __all__ = ["ModelEntry", "MODELS", "load_model_class", "model_reference", "model
 @dataclass(frozen=True)
 class ModelEntry:
     """A model of the collection: ``target`` ("module:Class"), its data, default task and
-    method, the reference it is scored against, and whether the training loops serve it
-    (``trainable``; the Bayesian IBM-2 is fitted by NUTS and autoguides instead, see
-    ``examples/bayesian_ibm2.py``)."""
+    method, and the reference it is scored against."""
 
     name: str
     target: str
@@ -55,8 +53,6 @@ class ModelEntry:
     reference: str
     default_task: str
     default_method: str
-    trainable: bool = True
-    how: str = ""
     methods: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -75,11 +71,11 @@ MODELS: dict[str, ModelEntry] = {e.name: e for e in [
     ModelEntry("gat", "ppl_attention.pyro.models.gat:BayesianGAT",
                "graph attention with stochastic neighbour weights",
                "graph", "accuracy, ECE and PAvPU on the unlabelled nodes", "sbm", "soft"),
-    ModelEntry("bayesian-ibm2", "ppl_attention.numpyro.models.ibm2:BayesianIBM2",
+    ModelEntry("bayesian-ibm2", "ppl_attention.numpyro.models.word_aligners:BayesianIBM2",
                "IBM Model 2 with Dirichlet translation rows and a Gamma distortion tension; "
                "alignments enumerated (NumPyro)", "pairs", "NUTS, 4 chains × 1000 draws; SVI "
                "autoguides against it", "reorder", "nuts"),
-    ModelEntry("bayesian-hmm", "ppl_attention.numpyro.models.hmm_aligner:BayesianHMMAligner",
+    ModelEntry("bayesian-hmm", "ppl_attention.numpyro.models.word_aligners:BayesianHMMAligner",
                "HMM aligner with a Dirichlet jump distribution and translation rows; the "
                "monotonic chain summed out (NumPyro)", "pairs", "NUTS, 4 chains × 1000 draws; "
                "SVI autoguides against it", "copy", "nuts"),
@@ -133,8 +129,6 @@ def load_model_class(spec: str, check: bool = True, source: bytes | None = None)
         raise UserError(f"--model: expected a name or path/to/file.py:ClassName, got {spec!r}")
     if spec in MODELS:
         entry = MODELS[spec]
-        if not entry.trainable:
-            raise UserError(f"--model {spec}: {entry.how}")
         module_name, _, cls_name = entry.target.partition(":")
         return getattr(importlib.import_module(module_name), cls_name)
     location, colon, cls_name = spec.rpartition(":")

@@ -20,8 +20,7 @@ from ppl_attention.numpyro.families import Categorical, MarkovCategorical
 from ppl_attention.numpyro.inference.bayes import discrepancy
 from ppl_attention.numpyro.jax_batches import to_jax
 from ppl_attention.numpyro.models.base import posterior_given, token_log_likelihood_given
-from ppl_attention.numpyro.models.hmm_aligner import BayesianHMMAligner
-from ppl_attention.numpyro.models.ibm2 import BayesianIBM2
+from ppl_attention.numpyro.models.word_aligners import BayesianHMMAligner, BayesianIBM2
 
 
 @pytest.fixture(autouse=True)

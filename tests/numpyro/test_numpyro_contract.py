@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from numpyro import handlers
 
 from ppl_attention.cli import main
@@ -94,6 +93,7 @@ def test_generic_exact_members_equal_brute_force_and_the_pyro_twin():
     real = np.asarray(jb.tgt_mask)
     assert np.abs(freq - np.asarray(post))[real].max() < 0.05  # draws follow the marginals
     # the Pyro twin on the same weights (moved by name) gives the same numbers
+    torch = pytest.importorskip("torch")  # (not on the NumPyro-only stack)
     from diagonal import DiagonalAlignment as PyroDiagonal
 
     from ppl_attention.numpyro.inference.twins import state_dict_from_params

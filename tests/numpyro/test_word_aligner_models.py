@@ -23,7 +23,7 @@ from ppl_attention.numpyro.inference import backend, bayes
 from ppl_attention.numpyro.inference import word_alignment as wa
 from ppl_attention.numpyro.models import word_aligners as W
 from ppl_attention.numpyro.models.base import posterior_given
-from ppl_attention.numpyro.models.ibm2 import BayesianIBM2
+from ppl_attention.numpyro.models.word_aligners import BayesianIBM2
 
 CLASSES = {"ibm1": W.IBM1WordAligner, "ibm2": W.IBM2WordAligner, "hmm": W.HMMWordAligner}
 
