@@ -23,6 +23,7 @@ if torch is not None:
     torch.set_num_threads(1)
 
 TESTS = Path(__file__).parent
+EXAMPLES = TESTS.parent / "examples"
 
 #: without torch, the test modules left out because an import of theirs needs torch or Pyro
 NOT_COLLECTED: list[str] = []
@@ -50,8 +51,8 @@ def _needs_torch(path: Path, seen: set) -> bool:
             continue
         for name in names:
             root = name.split(".")[0]
-            helpers = sorted(TESTS.rglob(f"{root}.py"))
-            if helpers:  # a helper module of the tests (``brute_force``, ``matrix`` …)
+            helpers = sorted([*TESTS.rglob(f"{root}.py"), *EXAMPLES.rglob(f"{root}.py")])
+            if helpers:  # a helper of the tests or an example (``brute_force``, ``diagonal``)
                 if any(_needs_torch(h, seen) for h in helpers):
                     return True
                 continue

@@ -17,7 +17,10 @@ __all__ = ["BACKENDS", "get_backend"]
 BACKENDS = {"pyro": "ppl_attention.pyro.inference.backend",
             "numpyro": "ppl_attention.numpyro.inference.backend"}
 
-_EXTRAS = {"numpyro": "numpyro"}
+#: what to install when a backend's array library is missing
+_INSTALL = {"pyro": "torch and Pyro: pip install torch pyro-ppl (both are dependencies of the "
+                    "package's default install)",
+            "numpyro": "the 'numpyro' extra: pip install -e '.[numpyro]'"}
 
 
 def get_backend(name: str):
@@ -27,6 +30,4 @@ def get_backend(name: str):
     try:
         return importlib.import_module(BACKENDS[name])
     except ImportError as e:
-        extra = _EXTRAS.get(name)
-        raise UserError(f"--backend {name} needs the {extra!r} extra: pip install -e "
-                        f"'.[{extra}]' ({e})") from None
+        raise UserError(f"--backend {name} needs {_INSTALL[name]} ({e})") from None
