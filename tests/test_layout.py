@@ -92,10 +92,12 @@ def test_an_old_path_imports_the_new_module_and_warns(old):
     import sys
 
     name = f"ppl_attention.{old}"
-    try:
-        importlib.import_module(compat.new_path(name))
-    except ModuleNotFoundError as e:  # a backend not installed (the NumPyro-only leg)
-        pytest.skip(f"{compat.new_path(name)} needs {e.name}")
+    parts = name.split(".")
+    for k in range(2, len(parts) + 1):  # the old path's packages, then the module itself
+        try:
+            importlib.import_module(compat.new_path(".".join(parts[:k])))
+        except ModuleNotFoundError as e:  # a backend not installed (the NumPyro-only leg)
+            pytest.skip(f"{compat.new_path('.'.join(parts[:k]))} needs {e.name}")
     sys.modules.pop(name, None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -99,7 +99,8 @@ def cmd_analyze(args) -> int:
         from ..numpyro.inference.bayes import global_inference_data
 
         idata = global_inference_data(run, make_batches(split.pairs, run.src_vocab,
-                                                        run.tgt_vocab, 64), args.pair)
+                                                        run.tgt_vocab, 64, array="numpy"),
+                                      args.pair)
     else:
         idata = to_inference_data(run, split.pairs, num_samples=args.num_samples,
                                   seed=args.seed, importance=importance)

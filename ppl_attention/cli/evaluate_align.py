@@ -13,6 +13,7 @@ from ..core import jsonio
 from ..core.errors import UserError
 from ..core.method_specs import is_global_method
 from ..data import DataError, make_batches
+from ..data.batching import array_kind
 from ..data.kinds import data_kind
 from ..data.pharaoh import format_pharaoh
 from ..tools.experiment import report
@@ -173,7 +174,8 @@ def cmd_align(args) -> int:
     require(run.model, "alignment", tool="align")
     kind = data_kind(declared(run.model, "data"))
     pairs = kind.evaluation_split(run.config.get("data", {}), args.data).pairs
-    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64)
+    batches = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64,
+                           array=array_kind(run.model))
     n_unk = sum(b.n_unk for b in batches)
     if n_unk:
         print(f"note: {args.data}: {n_unk} token(s) unseen in training were mapped to <unk>",

@@ -21,6 +21,8 @@ import pytest
 from ppl_attention.cli import main
 from ppl_attention.common import devices
 
+pytestmark = pytest.mark.torch  # every test here runs a Pyro model
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -56,7 +56,7 @@ def test_vocab_unknowns_and_batches():
     ids, n_unk = v.encode(["a", "zzz", "c"])
     assert ids[1] == v.unk and n_unk == 1
     pairs = [(["a", "b", "c"], ["a"]), (["a"], ["b", "c"]), (["zzz"], ["a", "b", "c"])]
-    batches = make_batches(pairs, v, v, 2)
+    batches = make_batches(pairs, v, v, 2, array="numpy")
     assert sum(b.size for b in batches) == 3 and sum(b.n_unk for b in batches) == 1
     b = batches[0]
     assert (b.tgt_in[:, 0] == v.bos).all()

@@ -81,6 +81,7 @@ def test_two_host_devices_equal_one_device():
     assert "only 2 JAX device(s) present" in out["many"]
 
 
+@pytest.mark.torch
 def test_devices_refused_clearly_before_work(tmp_path, capsys):
     args = ["train", "--task", "reorder", "--n-train", "32", "--steps", "2", "--hidden", "8",
             "--out", str(tmp_path / "r")]

@@ -14,6 +14,7 @@ Planted faults, each caught (``python tests/plant_faults.py n1 n2``):
   test_check_twin_fails_on_a_twin_that_differs itself.
 """
 
+import dataclasses
 import importlib
 import json
 import math
@@ -52,7 +53,7 @@ def _tiny(method="vae-enum", n=6, rows=8):
     task = make_task("reorder", n_train=20, n_eval=2, seed=4, min_len=3, max_len=6)
     sv = Vocab.build(s for s, _ in task.train.pairs)
     tv = Vocab.build(t for _, t in task.train.pairs)
-    (b,) = make_batches(task.train.pairs[:n], sv, tv, n)
+    (b,) = make_batches(task.train.pairs[:n], sv, tv, n, array="numpy")
     jb = to_jax(b, rows, "bucket")  # padded rows and positions, as training sees them
     m = DiagonalAlignment(len(sv), len(tv), family=get_method(method).family(), dim=8)
     params, _ = base.init_params(m, jb, jax.random.PRNGKey(1))
@@ -73,6 +74,7 @@ def _joint_by_conditioning(m, params, jb):
     return jnp.stack(out)
 
 
+@pytest.mark.torch
 def test_generic_exact_members_equal_brute_force_and_the_pyro_twin():
     m, params, b, jb, _ = _tiny()
     joint = _joint_by_conditioning(m, params, jb)  # [S, B, T], −inf on masked sources
@@ -93,7 +95,7 @@ def test_generic_exact_members_equal_brute_force_and_the_pyro_twin():
     real = np.asarray(jb.tgt_mask)
     assert np.abs(freq - np.asarray(post))[real].max() < 0.05  # draws follow the marginals
     # the Pyro twin on the same weights (moved by name) gives the same numbers
-    torch = pytest.importorskip("torch")  # (not on the NumPyro-only stack)
+    import torch
     from diagonal import DiagonalAlignment as PyroDiagonal
 
     from ppl_attention.numpyro.inference.twins import state_dict_from_params
@@ -102,9 +104,11 @@ def test_generic_exact_members_equal_brute_force_and_the_pyro_twin():
 
     tm = PyroDiagonal(m.src_vocab, m.tgt_vocab, family=pyro_method("vae-enum").family(), dim=8)
     tm.load_state_dict(state_dict_from_params(m, params, tm))
+    tb = dataclasses.replace(b, **{f: torch.as_tensor(getattr(b, f)) for f in
+                                   ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")})
     with torch.no_grad():
-        ll_t = pyro_base.exact_token_log_likelihood(tm, b).numpy()
-        post_t = pyro_base.exact_posterior(tm, b).numpy()
+        ll_t = pyro_base.exact_token_log_likelihood(tm, tb).numpy()
+        post_t = pyro_base.exact_posterior(tm, tb).numpy()
     B, T = b.tgt_out.shape
     np.testing.assert_allclose(np.asarray(ll)[:B, :T], ll_t, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(post)[:B, :T, :S_real], post_t, atol=1e-5)
@@ -134,9 +138,13 @@ def compared(tmp_path_factory, data_dir):
 def test_a_numpyro_model_through_compare_evaluate_align_analyze_diagnose(compared, data_dir,
                                                                          capsys, tmp_path):
     _through_every_tool(compared, data_dir, NUMPYRO_SPEC, capsys, tmp_path)
+
+
+@pytest.mark.torch
+def test_a_numpyro_runs_analysis_equals_its_pyro_twins(compared, data_dir):
+    """The same run's guide read through its Pyro twin (weights moved by name): the same exact
+    quantities — the NumPyro analysis path against the Pyro one."""
     run = compared / "runs" / "vae-enum-seed0"
-    # the same run's guide read through its Pyro twin (weights moved by name): the same exact
-    # quantities — the NumPyro analysis path against the Pyro one
     from diagonal import DiagonalAlignment as PyroDiagonal
 
     from ppl_attention.analysis import guide_diagnostics
@@ -216,6 +224,7 @@ def _through_every_tool(compared, data_dir, spec, capsys, tmp_path):
     assert all(d["elbo_gap"] >= -0.05 for d in diag)  # ELBO ≤ log p, up to draws
 
 
+@pytest.mark.torch
 @pytest.mark.integration
 def test_check_twin_passes_on_the_tutorial_pair(capsys):
     """Three loss kinds of the NumPyro loop: enumerated in the model, a sampled reparameterized
@@ -230,6 +239,7 @@ def test_check_twin_passes_on_the_tutorial_pair(capsys):
     assert [r["sampled"] for r in rows] == [False, True, True]
 
 
+@pytest.mark.torch
 @pytest.mark.integration
 @pytest.mark.parametrize("pair", [(PYRO_SPEC, NUMPYRO_SPEC, []),
                                   ("seq2seq", "ppl_attention.numpyro.models:Seq2SeqAlignment",
@@ -244,6 +254,7 @@ def test_check_twin_passes_for_every_method_both_train(pair, capsys):
     assert max(max(r["loss_rel"], r["grad_rel"]) for r in rows) <= 1e-4
 
 
+@pytest.mark.torch
 def test_check_twin_fails_on_a_twin_that_differs(tmp_path, capsys):
     bad = tmp_path / "bad_twin.py"
     text = (TUTORIAL / "diagonal_numpyro.py").read_text()
@@ -261,7 +272,7 @@ def _numpyro_fit(steps, resume=None, seed=0):
     task = make_task("reorder", n_train=40, n_eval=4, seed=2, min_len=3, max_len=5)
     sv = Vocab.build(s for s, _ in task.train.pairs)
     tv = Vocab.build(t for _, t in task.train.pairs)
-    batches = make_batches(task.train.pairs, sv, tv, 8, shuffle=True, seed=0)
+    batches = make_batches(task.train.pairs, sv, tv, 8, shuffle=True, seed=0, array="numpy")
     model = resume.model if resume is not None else DiagonalAlignment(
         len(sv), len(tv), family=get_method("vae-enum").family(), dim=8)
     return fit(model, batches, "vae-enum", steps, seed, src_vocab=sv, tgt_vocab=tv,

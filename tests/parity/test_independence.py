@@ -94,6 +94,7 @@ def seq2seq_run():
     return run, [s for s, _ in task.test.pairs]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("beam", [1, 4])
 def test_numpyro_decode_equals_the_pyro_decode_on_twin_weights(seq2seq_run, beam):
     from ppl_attention.common.decoding import beam_search

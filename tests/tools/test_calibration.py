@@ -73,6 +73,7 @@ def trained(tmp_path_factory, data_dir):
     return out
 
 
+@pytest.mark.torch
 def test_compare_calibrate_over_runs_trained_without_it(trained, tmp_path, data_dir):
     """Rerunning ``compare --calibrate`` where the runs are complete but not calibrated (trained
     without the flag, or their calibration failed) calibrates them, trains nothing again.
@@ -104,9 +105,9 @@ def trained_numpyro(tmp_path_factory, data_dir):
     return out
 
 
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
-def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(
-        backend, trained, trained_numpyro):
+@pytest.mark.parametrize("backend", [pytest.param("pyro", marks=pytest.mark.torch),
+                                     "numpyro"])
+def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(backend, request):
     """On either backend: the run's exact posterior passes; its guide with the logits × 6
     (over-confident) fails, and with the logits × 0.05 (under-confident) fails too, covering
     more than it claims — the same planted distortion (``cal.planted``) on a Pyro and a NumPyro
@@ -114,7 +115,8 @@ def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(
     from ppl_attention.common.runs import Run
     from ppl_attention.data import make_task
 
-    run = Run.load(trained / "runs" / "vae-enum-seed0" if backend == "pyro" else trained_numpyro)
+    run = Run.load(request.getfixturevalue("trained") / "runs" / "vae-enum-seed0"
+                   if backend == "pyro" else request.getfixturevalue("trained_numpyro"))
     assert run.backend == backend
     pairs = make_task("reorder", n_train=40, n_eval=30, seed=1).test.pairs
     fine = cal.calibrate(run, pairs, num_sims=120, draws=39, seed=3, progress=False)
@@ -133,6 +135,7 @@ def test_the_exact_posterior_passes_and_a_planted_overconfident_guide_fails(
     assert all(q["coverage"][k] > as_trained[k] for k in ("0.50", "0.80"))  # covers more
 
 
+@pytest.mark.torch
 def test_calibrate_command_and_compare_columns(trained, tmp_path, capsys):
     md = (trained / "results.md").read_text()
     assert "calibration min p" in md and "coverage 90 %" in md
@@ -180,6 +183,7 @@ class FactorTargets(DiagonalAlignment):
 '''
 
 
+@pytest.mark.torch
 def test_a_model_that_cannot_simulate_its_targets_is_refused(tmp_path, data_dir, capsys,
                                                             monkeypatch):
     from pathlib import Path

@@ -17,6 +17,8 @@ from ppl_attention.core.errors import DataError
 from ppl_attention.data.bags import read_bags
 from ppl_attention.data.kinds import data_kind
 
+pytestmark = pytest.mark.torch  # every test here runs a Pyro model
+
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "examples" / "tutorial"
 PYRO = f"{TUTORIAL / 'diagonal.py'}:DiagonalAlignment"

@@ -13,6 +13,8 @@ from conftest import require_ray
 
 from ppl_attention.cli import main
 
+pytestmark = pytest.mark.torch  # every test here runs a Pyro model
+
 SMALL = ["--steps", "6", "--hidden", "8", "--batch-size", "8", "--valid-every", "3"]
 
 

@@ -178,6 +178,7 @@ def test_a_user_model_runs_every_declared_method_through_every_tool(case, reques
             assert len((tmp_path / "k.txt").read_text().splitlines()) >= 1
 
 
+@pytest.mark.torch
 def test_a_user_bag_classifier_trains_evaluates_aligns_and_is_analysed(request, tmp_path,
                                                                       capsys):
     """The default tier's smoke test: the Pyro bag classifier by ``vae-sample``."""
