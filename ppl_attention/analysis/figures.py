@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common import arviz_api
+
 
 def _valid(a):
     """Drop all-NaN padded rows and columns of a [T, S] array."""
@@ -21,7 +23,7 @@ def plot_pair_heatmaps(idata, pair: int, path, title: str | None = None) -> None
     import matplotlib.pyplot as plt
 
     panels = [("prior p(z | x, y<t)", idata.prior["alignment"])]
-    if "exact_posterior" in idata.groups():
+    if arviz_api.has_group(idata, "exact_posterior"):
         panels.append(("exact posterior p(z | x, y)", idata.exact_posterior["alignment"]))
     else:
         panels.append(("posterior draws (guide)", idata.posterior["alignment"]))
@@ -70,7 +72,7 @@ def plot_entropy(idata, path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     curves = [("prior", idata.prior["alignment"])]
-    if "exact_posterior" in idata.groups():
+    if arviz_api.has_group(idata, "exact_posterior"):
         curves.append(("exact posterior", idata.exact_posterior["alignment"]))
     else:
         curves.append(("posterior (mean of draws)", idata.posterior["alignment"]))

@@ -173,14 +173,16 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
     attrs = {"method": run.method, "family": run.model.family.name, "num_samples": K,
              "inference_library": run.backend}
     for group in ("posterior", "prior"):
-        idata[group] = idata[group].assign_coords(extra)
-        idata[group].attrs.update(attrs)
+        ds = arviz_api.group_dataset(idata, group).assign_coords(extra)
+        ds.attrs.update(attrs)
+        arviz_api.add_group(idata, group, ds)
     for group in ("log_likelihood", "observed_data"):
-        idata[group] = idata[group].assign_coords(tok_coords)
+        arviz_api.add_group(idata, group,
+                            arviz_api.group_dataset(idata, group).assign_coords(tok_coords))
     if exact is not None:
         ds = xr.Dataset({"alignment": (dims5, exact)},
                         coords={k: coords[k] for k in dims5} | extra)
-        idata.add_groups({"exact_posterior": ds}, warn_on_custom_groups=False)
+        arviz_api.add_group(idata, "exact_posterior", ds)
     if importance is not None:
         ds = xr.Dataset({"khat": (("pair",), imp_khat),
                          "log_weights": (("pair", "particle"), imp_lw),
@@ -189,13 +191,14 @@ def to_inference_data(run, pairs, num_samples: int = 100, seed: int = 0, batch_s
                                 "particle": np.arange(importance["samples"])},
                         attrs={"khat_threshold": importance["threshold"],
                                "importance_samples": importance["samples"]})
-        idata.add_groups({"importance": ds}, warn_on_custom_groups=False)
-        for group in ("posterior",):
-            idata[group].attrs["posterior"] = "importance"
+        arviz_api.add_group(idata, "importance", ds)
+        ds = arviz_api.group_dataset(idata, "posterior")
+        ds.attrs["posterior"] = "importance"
+        arviz_api.add_group(idata, "posterior", ds)
     if trees is not None:  # p(head of word m is h): the tree the posterior heads come from
         ds = xr.Dataset({"arcs": (("pair", "head_pos", "source_pos"), trees["arc_marginals"])},
                         coords={"pair": coords["pair"], "head_pos": np.arange(S),
                                 "source_pos": coords["source_pos"],
                                 "source_token": extra["source_token"]})
-        idata.add_groups({"tree_marginals": ds}, warn_on_custom_groups=False)
+        arviz_api.add_group(idata, "tree_marginals", ds)
     return idata

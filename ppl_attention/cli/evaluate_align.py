@@ -23,8 +23,10 @@ from .options import add_backend, add_device, add_posterior, posterior_options
 def get_backend_checked(name: str, run):
     """The backend ``name``, having refused a run it cannot evaluate (a NumPyro model's run
     under pyro; a Pyro model without a NumPyro twin under numpyro)."""
-    from ..common.backends import get_backend
+    from ..common.backends import check_pyro_model, get_backend
 
+    if name == "pyro":
+        check_pyro_model(type(run.model))
     ops = get_backend(name)
     ops.check_run(run)
     return ops

@@ -248,8 +248,8 @@ def _save_run(out: Path, report, fwd, rev) -> None:
         idata = arviz_api.from_dict(posterior={f"{k}": v for k, v in groups[first].items()})
         for name, g in groups.items():
             if name != first:
-                idata.add_groups({f"posterior_{name}": arviz_api.from_dict(
-                    posterior=g).posterior}, warn_on_custom_groups=False)
+                arviz_api.add_group(idata, f"posterior_{name}",
+                                    arviz_api.from_dict(posterior=g)["posterior"])
         idata.to_netcdf(str(tmp / "posterior.nc"))
 
     write_directory_atomically(out, fill)

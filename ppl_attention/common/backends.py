@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 
 from ..core.errors import UserError
+from .contract import declared
 
-__all__ = ["BACKENDS", "get_backend"]
+__all__ = ["BACKENDS", "get_backend", "check_pyro_model"]
 
 BACKENDS = {"pyro": "ppl_attention.pyro.inference.backend",
             "numpyro": "ppl_attention.numpyro.inference.backend"}
@@ -31,3 +32,11 @@ def get_backend(name: str):
         return importlib.import_module(BACKENDS[name])
     except ImportError as e:
         raise UserError(f"--backend {name} needs {_INSTALL[name]} ({e})") from None
+
+
+def check_pyro_model(cls) -> None:
+    """Refuse a NumPyro model under ``--backend pyro`` — from its declaration alone, so the
+    reason is the same whether torch is installed or not."""
+    if declared(cls, "backend") != "pyro":
+        raise UserError(f"{cls.__name__} is a NumPyro model: it runs under --backend numpyro "
+                        f"only (it has no Pyro program to run)")

