@@ -17,9 +17,11 @@ def _commands():
     addopts = re.search(r'^addopts = "(.*)"$', pyproject, re.M)[1]
     default = re.search(r"-m '([^']+)'", addopts)[1]
     assert "--strict-markers" in addopts  # a misspelt tier marker is an error, not the default
-    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
-          if line.startswith("python -m pytest")]
+    main_leg, _, newest_leg = (ROOT / ".ci" / "run").read_text().partition("\n# Second leg")
+    ci = [line for line in main_leg.splitlines() if line.startswith("python -m pytest")]
     assert ci[0] == "python -m pytest -q" and len(ci) == 2, ci  # README's command first
+    leg = [line for line in newest_leg.splitlines() if line.startswith("python -m pytest")]
+    assert leg and leg[0] == "python -m pytest -q", leg  # the NumPyro-only leg: the same tier
     second = re.fullmatch(r'python -m pytest -q -m "([^"]+)"( -n 0)?', ci[1])[1]
     registered = re.findall(r'^    "(\w+):', pyproject, re.M)
     assert set(TIER_MARKERS) <= set(registered), registered
