@@ -8,10 +8,9 @@ index a group as ``idata["posterior"]``, write ``idata.to_netcdf(path)`` and are
 
 from __future__ import annotations
 
-__all__ = ["from_dict", "add_group", "group_dataset", "group_names",
-           "has_group", "psislw", "summary", "ess",
-           "rhat", "ecdf_confidence_band", "plot_ecdf", "save_trace_plot", "wasserstein_1d",
-           "arviz_major"]
+__all__ = ["from_dict", "from_numpyro", "add_group", "group_dataset", "group_names",
+           "has_group", "psislw", "summary", "ess", "rhat", "ecdf_confidence_band", "plot_ecdf",
+           "save_trace_plot", "wasserstein_1d", "arviz_major"]
 
 #: the groups of ArviZ's schema ``from_dict`` takes (the rest of its keywords are options)
 GROUPS = ("posterior", "posterior_predictive", "predictions", "sample_stats",
