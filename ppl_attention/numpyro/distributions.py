@@ -23,11 +23,18 @@ import jax.numpy as jnp
 from jax.scipy.special import digamma, gammaln
 from numpyro.distributions import Distribution, MaskedDistribution, constraints
 
-__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "IntermediatesMasked"]
+__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "IntermediatesMasked", "safe_log"]
 
 
 def _tiny(dtype):
     return jnp.finfo(dtype).tiny
+
+
+def safe_log(x):
+    """log x with 0 ↦ log of the dtype's smallest normal number (−87.3 in float32): finite,
+    and the same under ``jax.jit`` — a subnormal floor such as 1e-38 is flushed to 0 there, and
+    its log is not −inf."""
+    return jnp.log(jnp.maximum(x, _tiny(x.dtype)))
 
 
 def _broadcast_mask(param, mask):
@@ -64,7 +71,7 @@ class MaskedDirichlet(Distribution):
     def log_prob(self, value):
         m = self.source_mask.astype(value.dtype)
         a = self.concentration
-        return (((a - 1) * jnp.log(jnp.maximum(value, _tiny(value.dtype))) * m).sum(-1)
+        return (((a - 1) * safe_log(value) * m).sum(-1)
                 + gammaln((a * m).sum(-1)) - (gammaln(a) * m).sum(-1))
 
     @property
@@ -120,7 +127,7 @@ class MaskedRelaxedCategorical(Distribution):
         m = self.source_mask
         tau = self.temperature
         log_x = intermediates[0] if intermediates else \
-            jnp.log(jnp.maximum(value, _tiny(value.dtype)))
+            safe_log(value)
         n = m.astype(value.dtype).sum(-1)
         log_pi = jnp.where(m, self.logits, 0.0)
         log_x_u = jnp.where(m, log_x, 0.0)

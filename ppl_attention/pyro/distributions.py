@@ -15,7 +15,7 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 from torch.distributions.utils import broadcast_all
 
-__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "categorical_draws"]
+__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "categorical_draws", "safe_log"]
 
 
 def categorical_draws(probs: torch.Tensor, num_samples: int,
@@ -37,7 +37,8 @@ def _broadcast_mask(param: torch.Tensor, mask: torch.Tensor | None):
     return param, maskf > 0
 
 
-def _safe_log(x: torch.Tensor) -> torch.Tensor:
+def safe_log(x: torch.Tensor) -> torch.Tensor:
+    """log x with 0 ↦ log of the dtype's smallest normal number (finite)."""
     return torch.log(x.clamp(min=torch.finfo(x.dtype).tiny))
 
 
@@ -82,7 +83,7 @@ class MaskedDirichlet(TorchDistribution):
         m = self.source_mask.to(value.dtype)
         a = self.concentration
         return (
-            ((a - 1) * _safe_log(value) * m).sum(-1)
+            ((a - 1) * safe_log(value) * m).sum(-1)
             + torch.lgamma((a * m).sum(-1))
             - (torch.lgamma(a) * m).sum(-1)
         )
@@ -157,7 +158,7 @@ class MaskedRelaxedCategorical(TorchDistribution):
     def log_prob(self, value):
         log_x = getattr(value, "_pa_log_value", None)
         if log_x is None:
-            log_x = _safe_log(value)
+            log_x = safe_log(value)
         m = self.source_mask
         tau = self.temperature
         n = m.to(value.dtype).sum(-1)

@@ -20,6 +20,7 @@ from ...core.errors import UserError
 from ...core.method_specs import guide_posterior as _guide_posterior
 from ...core.method_specs import method_spec as get_method
 from ...core.records import recording
+from ..distributions import safe_log
 from ..jax_batches import to_jax
 from ..models.base import (
     exact_posterior,
@@ -75,7 +76,7 @@ def _guide_q(model, params, batch, posterior):
 
 def _one_hot_draws(key, probs, K):
     B, T, S = probs.shape
-    idx = jax.random.categorical(key, jnp.log(jnp.maximum(probs, 1e-38)), axis=-1,
+    idx = jax.random.categorical(key, safe_log(probs), axis=-1,
                                  shape=(K, B, T))
     return jax.nn.one_hot(idx, S)
 
@@ -230,9 +231,9 @@ def diagnostic_arrays(run, batch, num_samples: int, seed: int) -> dict:
                 q = _guide_q(model, params, b, post)
                 B, T, S = q.shape
                 out.update(exact_ll=exact_token_log_likelihood(model, params, b),
-                           log_q=jnp.log(jnp.maximum(q, 1e-38)),
+                           log_q=safe_log(q),
                            p_exact=exact_posterior(model, params, b),
-                           draws=jax.random.categorical(k2, jnp.log(jnp.maximum(q, 1e-38)),
+                           draws=jax.random.categorical(k2, safe_log(q),
                                                         axis=-1, shape=(K, B, T)))
             elif getattr(model.family, "tree", False):  # word attention; q's source trees
                 with recording() as calls:

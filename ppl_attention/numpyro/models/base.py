@@ -68,6 +68,7 @@ from ...common.contract import (
 )
 from ...core.errors import MissingCapability, UserError
 from ...core.method_specs import POSTERIORS
+from ..distributions import safe_log
 from ..traces import site_log_prob
 
 __all__ = ["AlignmentModel", "init_params", "constrain", "unconstrain", "call",
@@ -346,7 +347,7 @@ def posterior_samples(model, params, batch, num_samples: int, key):
         return out
     require(model, "posterior-samples", tool="exact posterior sampling")
     post = exact_posterior(model, params, batch)
-    logits = jnp.log(jnp.maximum(post, 1e-38))
+    logits = safe_log(post)
     return jax.random.categorical(key, logits, axis=-1, shape=(num_samples, B, T))
 
 
