@@ -1,6 +1,6 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the
 monotonic chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing
-silently (u1–u10), of generated docs (v1), of the structure library (s1–s4), run the tests
+silently (u1–u10), of generated docs (v1), of the structure library (s1–s6), run the tests
 that should catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -188,6 +188,17 @@ FAULTS = [
   "        if events[..., 0, 1:, :].any():",
   "        if False:",
   "tests/structures/test_linear_chain.py::test_bad_input_is_refused_in_one_line"),
+ # top_k: the k-best semiring's ⊗ of two values taken elementwise (the tree's spans)
+ ("s5", "ppl_attention/structures/jax_ops.py",
+  "    pairs = a[:, None] + b[None, :]\n"
+  "    return _top_k_first(pairs.reshape((-1,) + pairs.shape[2:]), k)",
+  "    return a + b",
+  "tests/structures/test_tree_crf.py::test_every_operation_equals_brute_force"),
+ # top_k: ⊕ keeping the k best of the first k terms only (the torch table)
+ ("s6", "ppl_attention/structures/torch_ops.py",
+  "    return x.reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values",
+  "    return x[:, :1].reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values",
+  "tests/structures/test_linear_chain.py::test_every_operation_equals_brute_force"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -34,7 +34,7 @@ def ctc_value(ops, semiring, theta, aux, key=None):
     input_lengths, skip, final = aux
     S, T = theta.shape[-2], theta.shape[-1]
     states = ops.arange(S, theta)
-    alpha = ops.where(states < 2, theta[..., 0], LOG_ZERO)  # [..., S]
+    alpha = ops.lift(semiring, ops.where(states < 2, theta[..., 0], LOG_ZERO))  # [..., S]
     if T > 1:
         frames = ops.moveaxis(theta[..., 1:], -1, 0)  # [T − 1, ..., S]
         positions = ops.arange(T - 1, theta) + 1

@@ -55,6 +55,12 @@ class StructuredDistribution:
     def max_score(self):
         return self.structure.max_score()
 
+    def top_k(self, k: int):
+        """The ``k`` best structures: ``(events [k, batch, *event], scores [k, batch])``, best
+        first, by unnormalized score (the k-best semiring); −inf and an all-zero event where a
+        row has fewer than k structures."""
+        return self.structure.top_k(k)
+
     def entropy(self):
         return self.structure.entropy()
 

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from .semirings import LOG, MAX, SAMPLE
+from ..core.numerics import LOG_ZERO
+from .semirings import LOG, MAX, SAMPLE, k_of
 
 name = "jax"
 
@@ -41,7 +42,33 @@ def plus(semiring: str, x, dim: int, key=None):
         return _max(x, dim)
     if semiring == SAMPLE:
         return _sample_sum(x, key, dim)
-    raise ValueError(semiring)
+    k = k_of(semiring)
+    if k is None:
+        raise ValueError(semiring)
+    x = jnp.moveaxis(x, dim % x.ndim, 1)  # [k, d, ...]
+    return _top_k_first(x.reshape((-1,) + x.shape[2:]), k)
+
+
+def _top_k_first(x, k: int):
+    """The k largest along the first axis, sorted (``lax.top_k`` takes the last)."""
+    return jnp.moveaxis(jax.lax.top_k(jnp.moveaxis(x, 0, -1), k)[0], -1, 0)
+
+
+def times(semiring: str, a, b):
+    """⊗ of two semiring values: a + b; k-best: the k best of the k × k pairwise sums."""
+    k = k_of(semiring)
+    if k is None:
+        return a + b
+    pairs = a[:, None] + b[None, :]
+    return _top_k_first(pairs.reshape((-1,) + pairs.shape[2:]), k)
+
+
+def lift(semiring: str, x):
+    """Scores as semiring values: themselves; k-best: [x, log 0, …] on a leading axis of k."""
+    k = k_of(semiring)
+    if k is None:
+        return x
+    return jnp.concatenate([x[None], jnp.full((k - 1,) + x.shape, LOG_ZERO, x.dtype)], 0)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))

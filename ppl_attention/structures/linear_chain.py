@@ -24,7 +24,7 @@ from .structure import Structure
 def chain_value(ops, semiring, log_potentials, lengths, key=None):
     """⊕ over every label sequence of its score ``[...]`` (the recursion above, written once)."""
     n = log_potentials.shape[-3]
-    alpha = log_potentials[..., 0, 0, :]  # [..., t]
+    alpha = ops.lift(semiring, log_potentials[..., 0, 0, :])  # [..., t]
     if n > 1:
         steps = ops.moveaxis(log_potentials[..., 1:, :, :], -3, 0)  # [n−1, ..., t, t]
         positions = ops.arange(n - 1, log_potentials) + 1

@@ -30,13 +30,15 @@ def semi_markov_value(ops, semiring, log_potentials, lengths, key=None):
     start = ops.where(ops.arange(t, log_potentials) == 0, 0.0, LOG_ZERO)  # [t]
     history = ops.where(ops.arange(m, log_potentials)[:, None] == 0, start[None, :],
                         LOG_ZERO)  # [m, t]: β(−1), then before the start
-    history = ops.expand(ops.cast_like(history, log_potentials), lead + (m, t))
+    history = ops.lift(semiring, ops.expand(ops.cast_like(history, log_potentials),
+                                            lead + (m, t)))
     steps = ops.moveaxis(log_potentials, -4, 0)  # [n, ..., m, t, t]
     positions = ops.arange(n, log_potentials)
 
     def step(history, x):
         theta, i = x
-        terms = (history[..., :, :, None] + theta).reshape(lead + (m * t, t))
+        terms = history[..., :, :, None] + theta
+        terms = terms.reshape(tuple(terms.shape[:-3]) + (m * t, t))
         beta = ops.plus(semiring, terms, -2, ops.fold_in(key, i))  # [..., t]
         shifted = ops.concat([beta[..., None, :], history[..., :-1, :]], -2)
         return ops.where((i < lengths)[..., None, None], shifted, history)

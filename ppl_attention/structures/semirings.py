@@ -8,10 +8,28 @@
   backward sampling, for any dynamic program over a hypergraph; torch-struct's and SynJax's
   sampling semiring).
 
-A semiring is a name the operation table maps to its ⊕ (``ops.plus(semiring, x, dim)``).
+- ``kmax(k)``: the k-best semiring — a value is the k best scores, sorted, on a leading axis
+  of size k; ⊕ keeps the k best of the union, ⊗ the k best pairwise sums (``ops.times``). The
+  gradient of the i-th best score is the indicator of the i-th best structure.
+
+A semiring is a name the operation table maps to its ⊕ (``ops.plus(semiring, x, dim)``), its
+⊗ of two semiring values (``ops.times``; + except for k-best) and its embedding of scores
+(``ops.lift``; the identity except for k-best). A recursion writes ``value + θ`` where θ is a
+potential (a score, broadcast over the k-best axis) and ``ops.times`` where both are values.
 """
 
 LOG = "log"
 MAX = "max"
 SAMPLE = "sample"
 SEMIRINGS = (LOG, MAX, SAMPLE)
+KMAX = "kmax"
+
+
+def kmax(k: int) -> str:
+    """The k-best semiring's name (k ≥ 1)."""
+    return f"{KMAX}{int(k)}"
+
+
+def k_of(semiring: str) -> int | None:
+    """k of a k-best semiring (None for the others)."""
+    return int(semiring[len(KMAX):]) if semiring.startswith(KMAX) else None

@@ -8,6 +8,8 @@ class derives, on either backend's operation table ``ops``:
 - ``marginals`` = ∂ log Z / ∂ θ = E_p[event] (the gradient of the LOG recursion);
 - ``argmax`` = ∂ max_y s(y) / ∂ θ = the event of the best structure (MAX);
 - ``sample(sample_shape)`` = ∂ value_SAMPLE / ∂ θ = the event of an exact draw (SAMPLE);
+- ``top_k(k)``: the value under the k-best semiring is the k best scores; the gradient of
+  the i-th is the event of the i-th best structure;
 - ``log_prob(event)`` = ⟨event, θ⟩ − log Z;
 - ``entropy`` H(p) = log Z − ⟨μ_p, θ⟩;
 - ``cross_entropy(q)`` = −E_p[log q] = log Z_q − ⟨μ_p, θ_q⟩;  ``kl(q)`` = CE(p, q) − H(p).
@@ -19,7 +21,7 @@ import numpy as np
 
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
-from .semirings import LOG, MAX, SAMPLE
+from .semirings import LOG, MAX, SAMPLE, kmax
 
 
 class Structure:
@@ -101,6 +103,22 @@ class Structure:
         theta = self.ops.expand(self.ops.stop_gradient(self.log_potentials), shape)
         lengths = self.ops.expand(self.lengths, tuple(sample_shape) + self.batch_shape)
         return self.ops.grad(lambda th: self._value(SAMPLE, th, lengths, key), theta)
+
+    def top_k(self, k: int):
+        """The ``k`` best structures by score: ``(events [k, batch, *event], scores [k,
+        batch])``, best first. Where a row has fewer than k structures, the missing ones have
+        score −inf and an all-zero event."""
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise UserError(f"{self.name}.top_k: k must be a positive integer, got {k!r}")
+        semiring = kmax(int(k))
+        theta = self.ops.stop_gradient(self.log_potentials)
+        scores = self._value(semiring, theta)  # [k, batch]
+        events = self.ops.stack([self.ops.grad(lambda th, i=i: self._value(semiring, th)[i],
+                                               theta) for i in range(int(k))], 0)
+        real = scores > LOG_ZERO / 2
+        events = self.ops.where(real.reshape(tuple(real.shape) + (1,) * self.event_dims), events,
+                                self.ops.full_like(events, 0.0))
+        return events, self.ops.where(real, scores, self.ops.full_like(scores, -float("inf")))
 
     def score(self, event):
         """s(y) = ⟨event, θ⟩ ``[..., batch]``."""

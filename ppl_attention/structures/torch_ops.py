@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .semirings import LOG, MAX, SAMPLE
+from ..core.numerics import LOG_ZERO
+from .semirings import LOG, MAX, SAMPLE, k_of
 
 name = "torch"
 
@@ -39,7 +40,29 @@ def plus(semiring: str, x, dim: int, key=None):
         return x.max(dim).values  # its gradient goes to the one maximizing term
     if semiring == SAMPLE:
         return _SampleSum.apply(x, dim)
-    raise ValueError(semiring)
+    k = k_of(semiring)
+    if k is None:
+        raise ValueError(semiring)
+    x = x.movedim(dim % x.ndim, 1)  # [k, d, ...]
+    return x.reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values
+
+
+def times(semiring: str, a, b):
+    """⊗ of two semiring values: a + b; k-best: the k best of the k × k pairwise sums."""
+    k = k_of(semiring)
+    if k is None:
+        return a + b
+    pairs = a[:, None] + b[None, :]
+    return pairs.reshape((-1,) + tuple(pairs.shape[2:])).topk(k, 0).values
+
+
+def lift(semiring: str, x):
+    """Scores as semiring values: themselves; k-best: [x, log 0, …] on a leading axis of k."""
+    k = k_of(semiring)
+    if k is None:
+        return x
+    return torch.cat([x[None], torch.full((k - 1,) + tuple(x.shape), LOG_ZERO, dtype=x.dtype,
+                                          device=x.device)], 0)
 
 
 def where(cond, a, b):

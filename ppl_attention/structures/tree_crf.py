@@ -29,7 +29,7 @@ def tree_crf_value(ops, semiring, log_potentials, lengths, key=None):
     n = log_potentials.shape[-2]
 
     def span_labels(w):  # ⊕_c θ(i, i + w, c) for every i: [..., n − w]
-        diag = ops.diagonal(log_potentials, w)  # [..., l, n − w]
+        diag = ops.lift(semiring, ops.diagonal(log_potentials, w))  # [..., l, n − w]
         return ops.plus(semiring, diag, -2, ops.fold_in(key, 2 * n + w))
 
     def pad(x, front: int, back: int):  # [..., k] → [..., front + k + back], log 0 added
@@ -43,7 +43,8 @@ def tree_crf_value(ops, semiring, log_potentials, lengths, key=None):
     for w in range(1, n):
         left = ops.stack(starts[:w], -1)[..., :n - w, :]  # β(i, i + k), k < w
         right = ops.stack(ends[w - 1::-1], -1)[..., w:, :]  # β(i + k + 1, i + w)
-        beta = span_labels(w) + ops.plus(semiring, left + right, -1, ops.fold_in(key, w))
+        beta = ops.times(semiring, span_labels(w), ops.plus(
+            semiring, ops.times(semiring, left, right), -1, ops.fold_in(key, w)))
         chart.append(beta)
         starts.append(pad(beta, 0, w))
         ends.append(pad(beta, w, 0))

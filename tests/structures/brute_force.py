@@ -84,18 +84,28 @@ def tree_crf_structures(n: int, labels: int, length: int):
             yield ev, tuple(zip(spans, chosen, strict=True))
 
 
+#: how many best structures ``top_k`` is checked for (more than some rows have)
+TOP_K = 4
+
+
 def summary(events: np.ndarray, theta: np.ndarray, other: np.ndarray | None = None) -> dict:
     """From ``events [K, *event]`` and potentials: log Z, marginals, entropy, the best event and
-    its score, every event's log-probability, and against ``other`` potentials the
-    cross-entropy and KL."""
+    its score, the ``TOP_K`` best events and scores (−inf and zeros past the last structure),
+    every event's log-probability, and against ``other`` potentials the cross-entropy and
+    KL."""
     axes = tuple(range(1, events.ndim))
     scores = (events * theta).sum(axes)
     log_z = np.logaddexp.reduce(scores)
     logp = scores - log_z
     p = np.exp(logp)
+    order = np.argsort(-scores, kind="stable")[:TOP_K]
+    top_scores = np.full(TOP_K, -np.inf)
+    top_scores[:len(order)] = scores[order]
+    top_events = np.zeros((TOP_K,) + events.shape[1:])
+    top_events[:len(order)] = events[order]
     out = dict(log_z=log_z, marginals=np.tensordot(p, events, 1), entropy=-(p * logp).sum(),
                best=events[scores.argmax()], best_score=scores.max(), log_p=logp,
-               events=events, probs=p)
+               events=events, probs=p, top_scores=top_scores, top_events=top_events)
     if other is not None:
         q_scores = (events * other).sum(axes)
         log_q = q_scores - np.logaddexp.reduce(q_scores)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from brute_force import TOP_K
 
 from ppl_attention.numpyro import crfs as jax_crfs
 from ppl_attention.pyro import crfs as torch_crfs
@@ -49,9 +50,11 @@ def draws(backend, d, k):
 
 def every_operation(d, q) -> dict:
     """Every exact quantity of ``d`` (and against ``q``) as NumPy, per batch row."""
+    top_events, top_scores = d.top_k(TOP_K)
     return dict(log_z=arr(d.log_partition), marginals=arr(d.marginals), entropy=arr(d.entropy()),
                 best=arr(d.argmax()), cross_entropy=arr(d.cross_entropy(q)),
-                kl=arr(d.kl_divergence(q)))
+                kl=arr(d.kl_divergence(q)), top_events=arr(top_events),
+                top_scores=arr(top_scores))
 
 
 def assert_row_equals_brute_force(got: dict, b: int, ref: dict) -> None:
@@ -60,6 +63,8 @@ def assert_row_equals_brute_force(got: dict, b: int, ref: dict) -> None:
     for name in ("marginals", "entropy", "cross_entropy", "kl"):
         np.testing.assert_allclose(got[name][b], ref[name], atol=1e-10)
     np.testing.assert_array_equal(got["best"][b], ref["best"])
+    np.testing.assert_allclose(got["top_scores"][:, b], ref["top_scores"], rtol=1e-10)
+    np.testing.assert_array_equal(got["top_events"][:, b], ref["top_events"])
 
 
 def counts_of(drawn, keys: list, key_of) -> np.ndarray:

@@ -8,7 +8,10 @@ sampling semiring's Gumbel noise halved, s2 — the JAX one drawing from softmax
 by ``test_exact_draws_pass_chi_square``; s3 — the recursion ignoring the lengths: caught by
 ``test_every_operation_equals_brute_force`` (ragged rows); s4 — an event leaving position 0
 from a label other than the initial state accepted: caught by
-``test_bad_input_is_refused_in_one_line``.
+``test_bad_input_is_refused_in_one_line``. ``top_k`` (the k-best semiring) is checked with every
+operation, on every structure: s5 — the JAX k-best ⊗ taken elementwise, caught by
+``test_tree_crf.py::test_every_operation_equals_brute_force`` (3 failed); s6 — the torch k-best
+⊕ keeping only the first term's k, caught here (4 failed).
 """
 
 import jax

@@ -66,6 +66,7 @@ def test_numpyro_crf_equals_brute_force_and_grad_log_z_is_the_marginals(seed):
 
     from ppl_attention.numpyro.families import SegmentCRF as JaxCRF
 
+    before = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
         e, A, mask = _case(seed)
@@ -80,8 +81,8 @@ def test_numpyro_crf_equals_brute_force_and_grad_log_z_is_the_marginals(seed):
         grad = jax.grad(lambda x: crf.log_partition(x, jnp.asarray(mask), p).sum())(
             jnp.asarray(e))
         assert np.allclose(np.asarray(grad), marg, atol=1e-12)
-    finally:
-        jax.config.update("jax_enable_x64", False)
+    finally:  # as it was: the structure modules of this worker run in float64
+        jax.config.update("jax_enable_x64", before)
 
 
 def test_segment_crf_method_in_both_backends():
