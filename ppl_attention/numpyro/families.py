@@ -20,6 +20,8 @@ import numpyro.distributions as dist
 from ..core.errors import UserError
 from ..core.family_specs import FAMILY_SPECS, FamilySpec
 from ..core.numerics import LOG_ZERO
+from ..structures import jax_ops
+from ..structures.linear_chain import segment_log_partition, segment_marginals
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
@@ -410,51 +412,15 @@ class SegmentCRF(Family):
     def init(self, key) -> Params:
         return {"transitions": jnp.zeros((2, 2))}
 
-    @staticmethod
-    def _unary(scores):
-        return jnp.stack([jnp.zeros_like(scores), scores], -1)  # [..., S, 2]
-
-    def _forward(self, unary, mask, A):
-        def step(carry, xs):
-            alpha, started = carry
-            u, m = xs
-            new = jnp.where(started, jax.nn.logsumexp(alpha[..., :, None] + A, -2) + u, u)
-            alpha = jnp.where(m[..., None], new, alpha)
-            started = started | m[..., None]
-            return (alpha, started), alpha
-
-        init = (jnp.zeros_like(unary[..., 0, :]), jnp.zeros(mask.shape[:-1] + (1,), bool))
-        xs = (jnp.moveaxis(unary, -2, 0), jnp.moveaxis(mask, -1, 0))
-        _, alphas = jax.lax.scan(step, init, xs)
-        return jnp.moveaxis(alphas, 0, -2)
-
     def log_partition(self, scores, mask, params: Params):
         """log Z ``[...]``."""
         mask = jnp.broadcast_to(mask, scores.shape)
-        alpha = self._forward(self._unary(scores), mask, params["transitions"])
-        return jax.nn.logsumexp(alpha[..., -1, :], -1)
+        return segment_log_partition(jax_ops, scores, mask, params["transitions"])
 
     def marginals(self, scores, mask, params: Params):
-        """p(s_j = 1) ``[..., S]`` (0 where masked)."""
+        """p(s_j = 1) ``[..., S]`` (0 where masked): the structure library's linear chain."""
         mask = jnp.broadcast_to(mask, scores.shape)
-        A = params["transitions"]
-        unary = self._unary(scores)
-        alpha = self._forward(unary, mask, A)
-
-        def back(beta, xs):
-            u, m = xs  # position j + 1: β_j = logsumexp_{s'} A[s, s'] + u_{j+1}(s') + β_{j+1}
-            new = jax.nn.logsumexp(A + (u + beta)[..., None, :], -1)
-            beta = jnp.where(m[..., None], new, beta)
-            return beta, beta
-
-        zero = jnp.zeros_like(unary[..., 0, :])
-        xs = (jnp.moveaxis(unary[..., 1:, :], -2, 0)[::-1],
-              jnp.moveaxis(mask[..., 1:], -1, 0)[::-1])
-        _, betas = jax.lax.scan(back, zero, xs)
-        beta = jnp.concatenate([jnp.moveaxis(betas[::-1], 0, -2), zero[..., None, :]], -2)
-        log_z = jax.nn.logsumexp(alpha[..., -1, :], -1)
-        post = jnp.exp(alpha + beta - log_z[..., None, None])[..., 1]
-        return jnp.where(mask, post, 0.0)
+        return segment_marginals(jax_ops, scores, mask, params["transitions"])
 
     def deterministic_weights(self, scores, mask, params: Params | None = None):
         if mask is None:

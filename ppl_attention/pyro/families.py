@@ -43,6 +43,8 @@ from torch import nn
 from ..core.errors import UserError
 from ..core.family_specs import FAMILY_SPECS, FamilySpec
 from ..core.numerics import LOG_ZERO
+from ..structures import torch_ops
+from ..structures.linear_chain import segment_log_partition, segment_marginals
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .structured import FLOOR, MonotonicAlignment
@@ -509,46 +511,16 @@ class SegmentCRF(Family):
         super().__init__()
         self.transitions = nn.Parameter(torch.zeros(2, 2))  # A[s_{j−1}, s_j]
 
-    def _unary(self, scores):
-        return torch.stack([torch.zeros_like(scores), scores], -1)  # [..., S, 2]
-
-    def _forward(self, unary, mask):
-        A = self.transitions
-        alpha = torch.zeros_like(unary[..., 0, :])
-        started = torch.zeros_like(mask[..., :1])  # has the chain reached an unmasked position?
-        alphas = []
-        for j in range(unary.shape[-2]):
-            u, m = unary[..., j, :], mask[..., j].unsqueeze(-1)
-            new = torch.where(started, (alpha.unsqueeze(-1) + A).logsumexp(-2) + u, u)
-            alpha = torch.where(m, new, alpha)
-            started = started | m
-            alphas.append(alpha)
-        return torch.stack(alphas, -2)
-
     def log_partition(self, scores, mask):
         """log Z ``[...]`` from scores ``[..., S]`` and a bool ``mask [..., S]`` (≥ 1 True)."""
         mask = torch.broadcast_to(mask, scores.shape)
-        alpha = self._forward(self._unary(scores), mask)[..., -1, :]
-        return alpha.logsumexp(-1)
+        return segment_log_partition(torch_ops, scores, mask, self.transitions)
 
     def marginals(self, scores, mask):
-        """p(s_j = 1) ``[..., S]`` by forward–backward (0 where masked)."""
+        """p(s_j = 1) ``[..., S]`` (0 where masked): the structure library's linear chain
+        (:func:`~ppl_attention.structures.linear_chain.segment_potentials`)."""
         mask = torch.broadcast_to(mask, scores.shape)
-        unary = self._unary(scores)
-        alpha = self._forward(unary, mask)
-        A = self.transitions
-        S = scores.shape[-1]
-        beta = torch.zeros_like(unary[..., 0, :])
-        betas = [beta]
-        for j in range(S - 1, 0, -1):
-            m = mask[..., j].unsqueeze(-1)
-            new = (A + (unary[..., j, :] + beta).unsqueeze(-2)).logsumexp(-1)
-            beta = torch.where(m, new, beta)
-            betas.append(beta)
-        beta = torch.stack(betas[::-1], -2)
-        log_z = alpha[..., -1, :].logsumexp(-1)
-        post = (alpha + beta - log_z[..., None, None]).exp()[..., 1]
-        return torch.where(mask, post, torch.zeros_like(post))
+        return segment_marginals(torch_ops, scores, mask, self.transitions)
 
     def deterministic_weights(self, scores, mask):
         if mask is None:

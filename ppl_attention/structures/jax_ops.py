@@ -166,6 +166,10 @@ def concat(xs, dim: int):
     return jnp.concatenate(xs, dim)
 
 
+def cumsum(x, dim: int):
+    return jnp.cumsum(x, dim)
+
+
 def cast_like(x, like):
     return jnp.asarray(x, dtype=like.dtype)
 

@@ -18,6 +18,7 @@ The recursion (forward algorithm over any semiring ⊕, ⊗ = +):
 from __future__ import annotations
 
 from ..core.errors import UserError
+from ..core.numerics import LOG_ZERO
 from .structure import Structure
 
 
@@ -115,3 +116,37 @@ def event_to_labels(event) -> list:
 
 
 __all__ = ["LinearChain", "chain_value", "labels_to_event", "event_to_labels"]
+
+
+def segment_potentials(ops, scores, mask, transitions):
+    """Kim et al. (2017)'s segmentation attention as a binary linear chain: labels s_j ∈ {0, 1}
+    over the source positions, ``scores [..., S]`` the unary potential of s_j = 1 (0 for
+    s_j = 0), ``transitions [2, 2]`` A[s_{j−1}, s_j], and the positions a bool ``mask [..., S]``
+    leaves out taken out of the chain (their neighbours become adjacent). As potentials of
+    :class:`LinearChain` ``[..., S, 2, 2]`` (t = 2):
+
+        θ_j(a, b) = A[a, b] + u_j(b)    a real position after the first,
+        θ_j(a, b) = u_j(b)              the first real position (no predecessor),
+        θ_j(a, b) = 0 if a = b else log 0    a masked one (the label carried through),
+
+    so log Z and the marginals p(s_j = 1) = Σ_a μ_j(a, 1) are the chain's."""
+    two = ops.arange(2, scores)
+    carry = ops.cast_like(ops.where(two[:, None] == two[None, :], 0.0, LOG_ZERO), scores)
+    unary = ops.stack([scores * 0, scores], -1)[..., None, :]  # [..., S, 1, 2]
+    real = ops.cast_like(mask, scores)
+    after_first = (ops.cumsum(real, -1) - real) > 0  # a real position before j
+    own = ops.where(after_first[..., None, None], transitions + unary, unary + carry * 0)
+    return ops.where(mask[..., None, None], own, carry)
+
+
+def segment_log_partition(ops, scores, mask, transitions):
+    """log Z ``[...]`` of :func:`segment_potentials`' chain."""
+    return LinearChain(ops, segment_potentials(ops, scores, mask, transitions)).log_partition()
+
+
+def segment_marginals(ops, scores, mask, transitions):
+    """p(s_j = 1) ``[..., S]`` (0 where masked) of :func:`segment_potentials`' chain: the
+    gradient of the one chain recursion's log Z, Σ_a μ_j(a, 1)."""
+    chain = LinearChain(ops, segment_potentials(ops, scores, mask, transitions))
+    selected = chain.marginals()[..., 1].sum(-1)
+    return ops.where(mask, selected, selected * 0)

@@ -108,6 +108,8 @@ def grad(f, x):
 
 
 def any_nan(x) -> bool:
+    if x.device.type == "meta":  # no values: checked where there are
+        return False
     return bool(torch.isnan(x).any() | torch.isposinf(x).any())
 
 
@@ -140,7 +142,10 @@ def stop_gradient(x):
 
 
 def concrete(x):
-    """``x`` as a NumPy array (always concrete under PyTorch)."""
+    """``x`` as a NumPy array (None on the meta device, which holds no values — as a traced
+    array under JAX)."""
+    if x.device.type == "meta":
+        return None
     return x.detach().cpu().numpy()
 
 
@@ -151,6 +156,10 @@ def from_numpy(array, like):
 
 def concat(xs, dim: int):
     return torch.cat(xs, dim)
+
+
+def cumsum(x, dim: int):
+    return torch.cumsum(x, dim)
 
 
 def cast_like(x, like):

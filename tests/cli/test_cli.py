@@ -94,6 +94,7 @@ def _csv_numbers(path):
              *(float(r[k]) for k in numbers if r[k])) for r in rows]
 
 
+@pytest.mark.integration  # a whole pipeline: the second tier
 def test_compare_writes_table_and_figures(tmp_path, capsys):
     out = tmp_path / "cmp"
     args = ["compare", "--task", "reorder", "--n-train", "300", "--methods", "exact,soft",

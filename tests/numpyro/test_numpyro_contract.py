@@ -280,6 +280,7 @@ def test_check_twin_passes_for_every_method_both_train(pair, capsys):
 
 
 @pytest.mark.torch
+@pytest.mark.integration  # a whole pipeline: the second tier
 def test_check_twin_fails_on_a_twin_that_differs(tmp_path, capsys):
     bad = tmp_path / "bad_twin.py"
     text = (TUTORIAL / "diagonal_numpyro.py").read_text()

@@ -182,6 +182,7 @@ def test_tree_methods_refused_where_they_do_not_apply():
         check_method(DiagonalAlignment, pa.inference.get_method("tree-marginals"))
 
 
+@pytest.mark.integration  # a whole pipeline: the second tier
 def test_command_line_on_trees(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--task", "trees", "--depth", "2", "--n-train", "64",

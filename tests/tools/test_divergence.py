@@ -172,6 +172,7 @@ class Reporting(DiagonalAlignment):
 '''
 
 
+@pytest.mark.integration  # a whole pipeline: the second tier
 def test_a_numpyro_models_report_reads_its_trained_parameters_or_fails_without_losing_the_run(
         tmp_path, capsys):
     from ppl_attention.core.arrays import load_arrays
