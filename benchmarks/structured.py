@@ -4,8 +4,9 @@ Markov family's log p(y | x) at T = S ∈ {8, 32, 128, 512}, batch 16, computed 
   enumerated  today's formulation: T sequential sites under pyro.markov, TraceEnum_ELBO
               (Pyro); NumPyro's funsor log-density of its scan-enumerated model (value only:
               its gradient is NaN on impossible transitions, so NumPyro never trained on it)
-  dense       a hand-written sequential forward over dense S × S transitions
-              (MarkovCategorical.forward_log_likelihood)
+  dense       the structure library's linear chain over dense S × S transitions
+              (MarkovCategorical.dense_chain: a LinearChainCRF; until 90f2b03 a hand-written
+              forward pass of its own)
   banded      MonotonicAlignment's sequential path: T banded steps, O(T·S·W)
   parallel    MonotonicAlignment's parallel path: an associative scan over dense S × S
               log-semiring matrices, O(log T) depth, O(T·S³) work
@@ -61,7 +62,7 @@ def _cell_torch(impl, n, batch, reps, device, S=None):
 
     def loss():
         if impl == "dense":
-            return -fam.forward_log_likelihood(scores, mask, emis, tmask)[0].sum()
+            return -fam.dense_chain(scores, mask, emis, tmask).log_partition.sum()
         if impl in ("banded", "parallel"):
             method = "sequential" if impl == "banded" else "parallel"
             return -fam.alignment_distribution(scores, mask, emis, tmask, method).log_partition(
@@ -116,7 +117,7 @@ def _cell_jax(impl, n, batch, reps, device, S=None):
 
     def loss(sc, em):
         if impl == "dense":
-            return -fam.forward_log_likelihood(sc, mask, em, tmask, params)[0].sum()
+            return -fam.dense_chain(sc, mask, em, tmask, params).log_partition.sum()
         method = "sequential" if impl == "banded" else "parallel"
         return -fam.alignment_distribution(sc, mask, em, tmask, params, method).log_partition(
         ).sum()

@@ -21,8 +21,13 @@ from ..core.errors import UserError
 from ..core.family_specs import FAMILY_SPECS, FamilySpec
 from ..core.numerics import LOG_ZERO
 from ..structures import jax_ops
-from ..structures.linear_chain import segment_log_partition, segment_marginals
+from ..structures.linear_chain import (
+    hmm_potentials,
+    segment_log_partition,
+    segment_marginals,
+)
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
+from .crfs import LinearChainCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
 from .structured import FLOOR, MonotonicAlignment
@@ -359,33 +364,16 @@ class MarkovCategorical(Family):
                                   self.banded_transitions(scores, mask, params), emis,
                                   target_mask, self.max_back, method)
 
-    def forward_log_likelihood(self, scores, mask, emissions, target_mask, params: Params):
-        """Forward algorithm (torch side's docstring): log p(y_t | x, y<t) ``[B, T]`` (0 on
-        padded targets) and the filters log p(z_t | x, y≤t) ``[B, T, S]``."""
-        floor = LOG_ZERO
-        emissions = jnp.maximum(emissions, floor)
-        pred0 = jnp.maximum(self.start_log_probs(scores[:, 0], mask, params), floor)
-
-        def step(log_alpha, xs):
-            e_t, emis_t, keep_t = xs
-            logT = jnp.maximum(self.transition_matrix(e_t, mask, params), floor)
-            pred = jax.nn.logsumexp(log_alpha[..., None] + logT, 1)
-            return _filter_step(log_alpha, pred, emis_t, keep_t)
-
-        def _filter_step(log_alpha, pred, emis_t, keep_t):
-            joint = pred + emis_t
-            ll = jax.nn.logsumexp(joint, -1)
-            alpha = jnp.where(keep_t[:, None], joint - ll[:, None], log_alpha)
-            return alpha, (jnp.where(keep_t, ll, 0.0), alpha)
-
-        alpha0, (ll0, f0) = _filter_step(jnp.zeros_like(pred0), pred0, emissions[:, 0],
-                                         jnp.ones_like(target_mask[:, 0]))
-        ll0 = jnp.where(target_mask[:, 0], ll0, 0.0)
-        xs = tuple(jnp.swapaxes(a[:, 1:], 0, 1) for a in (scores, emissions, target_mask))
-        _, (lls, fs) = jax.lax.scan(step, alpha0, xs)
-        ll = jnp.concatenate([ll0[:, None], jnp.swapaxes(lls, 0, 1)], 1)
-        filters = jnp.concatenate([f0[:, None], jnp.swapaxes(fs, 0, 1)], 1)
-        return ll, filters
+    def dense_chain(self, scores, mask, emissions, target_mask, params: Params):
+        """The same chain over dense S × S transitions, as a
+        :class:`~ppl_attention.numpyro.crfs.LinearChainCRF` (torch side's docstring)."""
+        T = scores.shape[1]
+        trans = jnp.stack([self.transition_matrix(scores[:, t], mask, params)
+                           for t in range(T)], 1)
+        emis = jnp.where(mask[:, None, :], emissions, -jnp.inf)
+        pots = hmm_potentials(jax_ops, self.start_log_probs(scores[:, 0], mask, params), trans,
+                              emis)
+        return LinearChainCRF(pots, jnp.maximum(target_mask.sum(-1), 1))
 
     def prior(self, scores, mask, keys, values, params=None):
         raise UserError("MarkovCategorical has no vectorized prior: each z_t depends on "

@@ -44,8 +44,13 @@ from ..core.errors import UserError
 from ..core.family_specs import FAMILY_SPECS, FamilySpec
 from ..core.numerics import LOG_ZERO
 from ..structures import torch_ops
-from ..structures.linear_chain import segment_log_partition, segment_marginals
+from ..structures.linear_chain import (
+    hmm_potentials,
+    segment_log_partition,
+    segment_marginals,
+)
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
+from .crfs import LinearChainCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .structured import FLOOR, MonotonicAlignment
 from .trees import DependencyTree, heads_to_arcs
@@ -382,7 +387,8 @@ class MarkovCategorical(Family):
     the first ``max_jump`` positions. ``max_back=0`` makes it monotonic.
     Marginalized exactly inside :meth:`alignment_distribution` (a
     :class:`~ppl_attention.pyro.structured.MonotonicAlignment`: banded forward recursion or parallel
-    scan); :meth:`forward_log_likelihood` is the dense reference recursion, and sequential
+    scan); :meth:`dense_chain` is the same chain over dense transitions (the structure
+    library's linear chain), and sequential
     sites under ``pyro.markov`` with ``TraceEnum_ELBO``
     (``Seq2SeqAlignment.markov_model_enumerated``) the enumerated one; it has no vectorized
     ``prior`` — every z_t needs z_{t−1}.
@@ -454,30 +460,18 @@ class MarkovCategorical(Family):
                                   self.banded_transitions(scores, mask), emis, target_mask,
                                   self.max_back, method)
 
-    def forward_log_likelihood(self, scores, mask, emissions, target_mask):
-        """Forward algorithm: log p(y_t | x, y<t) ``[B, T]`` (0 on padded targets), from content
-        scores ``[B, T, S]``, source ``mask [B, S]``, emissions log p(y_t | h_t, H_j)
-        ``[B, T, S]`` and ``target_mask [B, T]``; also returns the filters log p(z_t | x, y≤t)."""
-        B, T, S = scores.shape
-        out, filters = [], []
-        log_alpha = None
-        floor = LOG_ZERO  # finite stand-in for log 0: gradients (the marginals) stay free of NaN
-        emissions = emissions.clamp(min=floor)
-        for t in range(T):
-            if log_alpha is None:
-                pred = self.start_log_probs(scores[:, t], mask).clamp(min=floor)
-            else:
-                logT = self.transition_matrix(scores[:, t], mask).clamp(min=floor)
-                pred = (log_alpha.unsqueeze(-1) + logT).logsumexp(1)
-            joint = pred + emissions[:, t]
-            ll = joint.logsumexp(-1)
-            new_alpha = joint - ll.unsqueeze(-1)
-            keep = target_mask[:, t].unsqueeze(-1)
-            log_alpha = new_alpha if log_alpha is None else torch.where(keep, new_alpha,
-                                                                         log_alpha)
-            out.append(torch.where(target_mask[:, t], ll, torch.zeros_like(ll)))
-            filters.append(log_alpha)
-        return torch.stack(out, 1), torch.stack(filters, 1)
+    def dense_chain(self, scores, mask, emissions, target_mask):
+        """The same chain over dense S × S transitions, as a
+        :class:`~ppl_attention.pyro.crfs.LinearChainCRF` (the structure library's one chain
+        recursion, :func:`~ppl_attention.structures.linear_chain.hmm_potentials`): its
+        ``log_partition`` is log p(y | x) ``[B]``, its marginals summed over the previous state
+        p(z_t = j | x, y). Arguments as :meth:`alignment_distribution`'s; the reference the
+        banded recursion is checked against."""
+        T = scores.shape[1]
+        trans = torch.stack([self.transition_matrix(scores[:, t], mask) for t in range(T)], 1)
+        emis = emissions.masked_fill(~mask[:, None, :], -torch.inf)
+        pots = hmm_potentials(torch_ops, self.start_log_probs(scores[:, 0], mask), trans, emis)
+        return LinearChainCRF(pots, target_mask.sum(-1).clamp(min=1))
 
     def prior(self, scores, mask, keys, values):
         raise UserError("MarkovCategorical has no vectorized prior: each z_t depends on "

@@ -150,3 +150,19 @@ def segment_marginals(ops, scores, mask, transitions):
     chain = LinearChain(ops, segment_potentials(ops, scores, mask, transitions))
     selected = chain.marginals()[..., 1].sum(-1)
     return ops.where(mask, selected, selected * 0)
+
+
+def hmm_potentials(ops, start, transitions, emissions):
+    """An HMM's chain over T steps with the evidence, as :class:`LinearChain` potentials
+    ``[..., T, S, S]`` (t = S states): ``start [..., S]`` log p(z_0), ``transitions
+    [..., T, S, S]`` log p(z_t = b | z_{t−1} = a) (step 0's unused), ``emissions [..., T, S]``
+    log p(y_t | z_t):
+
+        θ_0(0, b) = log p(z_0 = b) + log p(y_0 | b),    θ_t(a, b) = log p(b | a) + log p(y_t | b),
+
+    so that log Z over the first L steps is log p(y_0 … y_{L−1}) and the chain's marginals
+    Σ_a μ_t(a, b) are p(z_t = b | y)."""
+    first = ops.concat([(start + emissions[..., 0, :])[..., None, None, :],
+                        ops.full_like(transitions[..., :1, 1:, :], LOG_ZERO)], -2)
+    rest = transitions[..., 1:, :, :] + emissions[..., 1:, None, :]
+    return ops.concat([first, rest], -3)

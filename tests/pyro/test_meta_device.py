@@ -416,7 +416,7 @@ def test_the_markov_familys_tables_on_meta(meta):
         _all_meta(family.start_log_probs(scores[:, 0], mask),
               family.transition_log_probs(scores[:, 1], mask, prev),
               family.transition_matrix(scores[:, 1], mask),
-              family.forward_log_likelihood(scores, mask, scores, target_mask),
+              family.dense_chain(scores, mask, scores, target_mask).log_partition,
               family.alignment_distribution(scores, mask, scores, target_mask).log_partition())
 
 

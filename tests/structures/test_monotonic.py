@@ -88,9 +88,9 @@ def test_torch_chain_equals_brute_force(max_back, method):
     ref = _brute(fam, scores, emis)
     ll, marg, vit = chain.token_log_likelihood(), chain.marginals(), chain.viterbi()
     draws = chain.sample(3000, torch.Generator().manual_seed(1))
-    dense_ll, _ = fam.forward_log_likelihood(scores, SRC, emis.masked_fill(~SRC[:, None],
-                                                                           -torch.inf), TGT)
-    assert torch.allclose(ll, dense_ll, atol=1e-9)  # the dense hand-written recursion too
+    dense = fam.dense_chain(scores, SRC, emis, TGT)  # the library's chain, dense transitions
+    assert torch.allclose(chain.log_partition(), dense.log_partition, atol=1e-9)
+    assert torch.allclose(marg, dense.marginals.sum(-2), atol=1e-9)
     for r, (log_z, ll_r, marg_r, best, post) in enumerate(ref):
         n = int(TGT[r].sum())
         assert float(chain.log_partition()[r]) == pytest.approx(log_z, abs=1e-9)
@@ -133,7 +133,12 @@ def test_jax_chain_equals_brute_force(max_back, method):
         vit = np.asarray(chain.viterbi())
         draws = np.asarray(chain.sample(jax.random.PRNGKey(0), 3000))
         log_z = np.asarray(chain.log_partition())
+        dense = jfam.dense_chain(jnp.asarray(scores.numpy()), jnp.asarray(SRC.numpy()),
+                                 jnp.asarray(emis.numpy()), jnp.asarray(TGT.numpy()), params)
+        dense_z, dense_marg = np.asarray(dense.log_partition), np.asarray(dense.marginals)
     assert ll.dtype == np.float64
+    np.testing.assert_allclose(dense_z, log_z, atol=1e-9)  # the library's chain, dense
+    np.testing.assert_allclose(dense_marg.sum(-2), marg, atol=1e-9)
     for r, (lz, ll_r, marg_r, best, post) in enumerate(ref):
         n = int(TGT[r].sum())
         assert log_z[r] == pytest.approx(lz, abs=1e-9)
