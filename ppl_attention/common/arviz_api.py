@@ -37,6 +37,8 @@ def from_dict(**kwargs):
         groups = {g: kwargs.pop(g) for g in GROUPS if kwargs.get(g) is not None}
         for g in GROUPS:
             kwargs.pop(g, None)
+        if kwargs.get("attrs") is not None:  # 1.x takes attributes per group: every group's
+            kwargs["attrs"] = {g: dict(kwargs["attrs"]) for g in groups}
         return az.from_dict(groups, **kwargs)
     return az.from_dict(**kwargs)
 
