@@ -85,10 +85,27 @@ def from_numpyro(mcmc, **kwargs):
 def psislw(log_weights):
     """Pareto-smoothed log weights and the k̂ of each row of ``log_weights [n, K]``."""
     if arviz_major() >= 1:
-        from arviz_stats.base import array_stats
-
-        return array_stats.psislw(log_weights, r_eff=1, axis=-1)
+        return _psislw_rows(log_weights)
     return _az().psislw(log_weights)
+
+
+def _psislw_rows(log_weights):
+    """ArviZ 1.x's PSIS, row by row, with 0.x's answer where 1.x refuses a row (a tail of
+    fewer than 5 draws, or of equal values): the weights normalized, unsmoothed, and
+    k̂ = ∞ — nothing can be said of their tail."""
+    import numpy as np
+    from arviz_stats.base import array_stats
+    from scipy.special import logsumexp
+
+    log_weights = np.asarray(log_weights, float)
+    rows = log_weights.reshape(-1, log_weights.shape[-1])
+    smoothed, khat = np.empty_like(rows), np.empty(rows.shape[0])
+    for r, row in enumerate(rows):
+        try:
+            smoothed[r], khat[r] = array_stats.psislw(row, r_eff=1, axis=-1)
+        except ValueError:
+            smoothed[r], khat[r] = row - logsumexp(row), np.inf
+    return smoothed.reshape(log_weights.shape), khat.reshape(log_weights.shape[:-1])
 
 
 def summary(idata, **kwargs):
