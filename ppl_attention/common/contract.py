@@ -17,8 +17,8 @@ from ..core.method_specs import POSTERIORS
 from ..data.kinds import DATA_KINDS
 
 __all__ = ["DECLARATIONS", "CAPABILITIES", "BACKENDS_OF_MODELS", "declared", "model_backend",
-           "RecordsConfig", "capabilities", "require", "check_contract", "check_method",
-           "check_shape", "check_model_class", "global_latents"]
+           "RecordsConfig", "ContractBase", "capabilities", "require", "check_contract",
+           "check_method", "check_shape", "check_model_class", "global_latents"]
 
 #: a declaration → its default (docs/architecture.md, "Declarations")
 DECLARATIONS = dict(data="pairs", posteriors=POSTERIORS, families=None, site="align",
@@ -100,6 +100,19 @@ class RecordsConfig:
 
 
 # --- capabilities -----------------------------------------------------------------------------
+
+class ContractBase(RecordsConfig):
+    """What both backends' ``AlignmentModel`` share: every declaration at its default (from
+    :data:`DECLARATIONS`, the one place they are written), ``config`` recorded from the
+    constructor (:class:`RecordsConfig`) and :attr:`capabilities`. A backend's base sets only
+    ``backend``."""
+
+    locals().update(DECLARATIONS)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return capabilities(self)
+
 
 def _own(model, name: str) -> bool:
     """Does the model define ``name`` itself (not only the generic implementation)?"""

@@ -60,14 +60,13 @@ from numpyro.distributions import biject_to, constraints
 
 from ...common.contract import (
     CAPABILITIES,
-    RecordsConfig,
+    ContractBase,
     capabilities,
     check_shape,
     declared,
     require,
 )
 from ...core.errors import MissingCapability, UserError
-from ...core.method_specs import POSTERIORS
 from ..distributions import safe_log
 from ..traces import site_log_prob
 
@@ -75,27 +74,15 @@ __all__ = ["AlignmentModel", "init_params", "constrain", "unconstrain", "call",
            "exact_token_log_likelihood", "exact_posterior", "posterior_samples", "prior_probs",
            "soft_token_log_likelihood", "substitute_params", "simulate", "is_numpyro_model",
            "token_log_likelihood_given", "posterior_given",
-           "CAPABILITIES"]
+           "CAPABILITIES", "capabilities"]
 
 
-class AlignmentModel(RecordsConfig):
-    """Base class of the NumPyro contract (module docstring): the declarations' defaults and
-    ``config`` recorded from the constructor's arguments."""
+class AlignmentModel(ContractBase):
+    """Base class of the NumPyro contract (module docstring): the declarations' defaults,
+    ``config`` recorded from the constructor's arguments, and :attr:`capabilities`
+    (:class:`~ppl_attention.common.contract.ContractBase`)."""
 
     backend = "numpyro"
-    data = "pairs"
-    posteriors = POSTERIORS
-    families = None
-    latents: tuple[str, ...] = ()
-    latent_guide: bool = False
-    site = "align"
-    max_plate_nesting = 2
-    training_defaults: dict = {}
-    twin_parameters: dict = {}
-
-    @property
-    def capabilities(self) -> frozenset[str]:
-        return capabilities(self)
 
 
 def is_numpyro_model(model_or_cls) -> bool:

@@ -95,7 +95,7 @@ from torch import nn
 
 from ...common.contract import (
     CAPABILITIES,
-    RecordsConfig,
+    ContractBase,
     capabilities,
     check_method,
     check_model_class,
@@ -103,7 +103,6 @@ from ...common.contract import (
     require,
 )
 from ...core.errors import MissingCapability
-from ...core.method_specs import POSTERIORS
 from ..distributions import categorical_draws
 
 __all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_model_class",
@@ -111,24 +110,12 @@ __all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_m
            "posterior_samples", "prior_probs", "declared", "simulate", "with_targets"]
 
 
-class AlignmentModel(RecordsConfig, nn.Module):
+class AlignmentModel(ContractBase, nn.Module):
     """Base class of the contract (module docstring): the declarations' defaults, ``config``
-    recorded from the constructor's arguments, and :attr:`capabilities`."""
+    recorded from the constructor's arguments, and :attr:`capabilities`
+    (:class:`~ppl_attention.common.contract.ContractBase`)."""
 
     backend = "pyro"
-    data = "pairs"
-    posteriors = POSTERIORS
-    families = None
-    latents: tuple[str, ...] = ()
-    latent_guide: bool = False
-    site = "align"
-    max_plate_nesting = 2
-    training_defaults: dict = {}
-    numpyro_twin: str | None = None
-
-    @property
-    def capabilities(self) -> frozenset[str]:
-        return capabilities(self)
 
 
 def _own(model, name: str) -> bool:
