@@ -115,6 +115,77 @@ def scan(step, carry, xs):
     return jax.lax.scan(lambda c, x: (step(c, x), None), carry, xs)[0]
 
 
+def scan_collect(step, carry, xs, reverse: bool = False):
+    """``carry, y = step(carry, x)`` by ``lax.scan``: the last carry and the stacked ``y``."""
+    return jax.lax.scan(step, carry, xs, reverse=reverse)
+
+
+def band_windows(x, size: int, width: int):
+    """``x [..., size + width − 1]`` → ``[..., size, width]`` with ``[j, d] = x[j + width − 1 −
+    d]``."""
+    return jnp.stack([x[..., width - 1 - d:width - 1 - d + size] for d in range(width)], -1)
+
+
+def pad_last(x, axis: int, before: int, after: int, value):
+    """``x`` padded with ``value`` along ``axis`` (negative)."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (before, after)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def take_along_last(x, index):
+    """``x [..., V]`` at ``index [..., K]`` → ``[..., K]``, the leading dimensions broadcast."""
+    lead = jnp.broadcast_shapes(x.shape[:-1], index.shape[:-1])
+    return jnp.take_along_axis(jnp.broadcast_to(x, lead + x.shape[-1:]),
+                               jnp.broadcast_to(index, lead + index.shape[-1:]), -1)
+
+
+def broadcast_to(x, shape):
+    return jnp.broadcast_to(x, shape)
+
+
+def logmatmulexp(a, b):
+    """(A ⊗ B)[i, j] = log Σ_k exp(A[i, k] + B[k, j]) by a max-shifted matmul."""
+    ma = jnp.max(a, -1, keepdims=True)
+    mb = jnp.max(b, -2, keepdims=True)
+    prod = jnp.exp(a - ma) @ jnp.exp(b - mb)
+    return jnp.log(jnp.maximum(prod, jnp.finfo(prod.dtype).tiny)) + ma + mb
+
+
+def maxmatmul(a, b):
+    """(A ⊙ B)[i, j] = max_k A[i, k] + B[k, j]."""
+    return jnp.max(a[..., :, :, None] + b[..., None, :, :], -2)
+
+
+def associative_scan(op, elems, axis: int):
+    return jax.lax.associative_scan(op, elems, axis=axis)
+
+
+def einsum(spec: str, *xs):
+    return jnp.einsum(spec, *xs)
+
+
+def as_bool(x):
+    return jnp.asarray(x).astype(bool)
+
+
+def on_accelerator(like) -> bool:
+    """Whether JAX's default device is an accelerator."""
+    return jax.default_backend() in ("gpu", "cuda", "rocm")
+
+
+def argmax(x, dim: int):
+    return jnp.argmax(x, dim)
+
+
+def clip(x, low, high):
+    return jnp.clip(x, low, high)
+
+
+def maximum(x, value):
+    return jnp.maximum(x, value)
+
+
 def grad(f, x):
     """∂ Σ f(x) / ∂ x (``jax.grad``; differentiable in turn)."""
     return jax.grad(lambda v: f(v).sum())(x)

@@ -22,21 +22,59 @@ from ..core.numerics import LOG_ZERO
 from .structure import Structure
 
 
+def chain_forward(ops, semiring, alpha, steps, keep, contract, key=None, normalize=False,
+                  filters=True):
+    """The one forward recursion of every chain in the package (this structure, the monotonic
+    alignment's banded chain, the Markov family and the word aligners' HMM are its clients):
+
+        α_i = contract(α_{i−1}, steps[i], key_i)  where keep[i],  else α_i = α_{i−1},
+
+    ``alpha [..., t]`` α_0 as semiring values, ``steps`` a tuple of arrays whose leading axis
+    (n − 1) runs over the positions after the first, ``keep [n − 1, ...]`` bool. Returns the last
+    α. With ``normalize`` (the log semiring), each kept α_i is divided by its sum c_i = ⊕ α_i
+    and the result is ``(α_last, (filters [n − 1, ..., t], c [n − 1, ...]))`` (c = 0 on a step not
+    kept), so that log Z = log c_0 + Σ_i c_i and filters_i = log p(z_i | evidence ≤ i); with
+    ``filters=False`` only ``(c,)`` is collected."""
+    if keep.shape[0] == 0:
+        return (alpha, None) if normalize else alpha
+    positions = ops.arange(keep.shape[0], keep) + 1
+
+    def step(alpha, x):
+        *inputs, kept, i = x
+        new = contract(alpha, *inputs, ops.fold_in(key, i))
+        if not normalize:
+            return ops.where(kept[..., None], new, alpha)
+        c = ops.plus(semiring, new, -1)
+        alpha = ops.where(kept[..., None], new - c[..., None], alpha)
+        c = ops.where(kept, c, 0.0)
+        return alpha, ((alpha, c) if filters else (c,))
+
+    xs = (*steps, keep, positions)
+    return ops.scan_collect(step, alpha, xs) if normalize else ops.scan(step, alpha, xs)
+
+
+def dense_contract(ops, semiring):
+    """The chain's step over dense transitions: α_i(b) = ⊕_a α_{i−1}(a) + θ_i(a, b)."""
+    def contract(alpha, theta, key):
+        return ops.plus(semiring, alpha[..., :, None] + theta, -2, key)
+    return contract
+
+
 def chain_value(ops, semiring, log_potentials, lengths, key=None):
-    """⊕ over every label sequence of its score ``[...]`` (the recursion above, written once)."""
+    """⊕ over every label sequence of its score ``[...]`` (the recursion of the module
+    docstring: :func:`chain_forward` over dense transitions)."""
     n = log_potentials.shape[-3]
     alpha = ops.lift(semiring, log_potentials[..., 0, 0, :])  # [..., t]
-    if n > 1:
-        steps = ops.moveaxis(log_potentials[..., 1:, :, :], -3, 0)  # [n−1, ..., t, t]
-        positions = ops.arange(n - 1, log_potentials) + 1
-
-        def step(alpha, x):
-            theta, i = x
-            new = ops.plus(semiring, alpha[..., :, None] + theta, -2, ops.fold_in(key, i))
-            return ops.where((i < lengths)[..., None], new, alpha)
-
-        alpha = ops.scan(step, alpha, (steps, positions))
+    steps = (ops.moveaxis(log_potentials[..., 1:, :, :], -3, 0),)  # [n−1, ..., t, t]
+    keep = _kept(ops, n, lengths, log_potentials)
+    alpha = chain_forward(ops, semiring, alpha, steps, keep, dense_contract(ops, semiring), key)
     return ops.plus(semiring, alpha, -1, ops.fold_in(key, n))
+
+
+def _kept(ops, n, lengths, like):
+    """``[n − 1, ...]``: position i + 1 lies within its row's length."""
+    positions = ops.arange(n - 1, like) + 1  # [n−1]
+    return ops.moveaxis(positions < lengths[..., None], -1, 0)
 
 
 class LinearChain(Structure):
@@ -115,7 +153,8 @@ def event_to_labels(event) -> list:
     return labels
 
 
-__all__ = ["LinearChain", "chain_value", "labels_to_event", "event_to_labels"]
+__all__ = ["LinearChain", "chain_forward", "dense_contract", "chain_value", "labels_to_event",
+           "event_to_labels"]
 
 
 def segment_potentials(ops, scores, mask, transitions):

@@ -90,9 +90,115 @@ def moveaxis(x, src: int, dst: int):
 def scan(step, carry, xs):
     """``carry = step(carry, x)`` over the leading axis of ``xs`` (a tuple of arrays); returns
     the last carry. A Python loop (PyTorch runs eagerly)."""
-    for i in range(xs[0].shape[0]):
-        carry = step(carry, tuple(x[i] for x in xs))
+    # unbound once: the backward pass stacks the gradients once instead of scattering each
+    # step's into a zero buffer of the whole input (quadratic in the length)
+    for x in zip(*(x.unbind(0) for x in xs)):
+        carry = step(carry, x)
     return carry
+
+
+def scan_collect(step, carry, xs, reverse: bool = False):
+    """``carry, y = step(carry, x)`` over the leading axis of ``xs``; returns the last carry and
+    the ``y`` (a tuple of arrays) stacked in the order of ``xs`` (``lax.scan``'s contract, also
+    with ``reverse``)."""
+    steps = list(zip(*(x.unbind(0) for x in xs)))
+    n = len(steps)
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    ys = [None] * n
+    for i in order:
+        carry, ys[i] = step(carry, steps[i])
+    return carry, tuple(torch.stack(parts, 0) for parts in zip(*ys))
+
+
+def band_windows(x, size: int, width: int):
+    """``x [..., size + width − 1]`` → ``[..., size, width]`` with ``[j, d] = x[j + width − 1 −
+    d]`` (a view)."""
+    return x.unfold(-1, size, 1).flip(-2).transpose(-1, -2)
+
+
+def pad_last(x, axis: int, before: int, after: int, value):
+    """``x`` padded with ``value`` along ``axis`` (negative)."""
+    widths = [0, 0] * (-axis - 1) + [before, after]
+    return torch.nn.functional.pad(x, widths, value=value)
+
+
+def take_last(x, index):
+    """``x [..., T, V]`` at ``index [..., S]`` → ``[..., T, S]``."""
+    idx = index[..., None, :].expand(*x.shape[:-1], index.shape[-1])
+    return torch.gather(x, -1, idx)
+
+
+def take_along_last(x, index):
+    """``x [..., V]`` at ``index [..., K]`` → ``[..., K]``, the leading dimensions broadcast."""
+    lead = torch.broadcast_shapes(x.shape[:-1], index.shape[:-1])
+    return torch.gather(x.expand(*lead, x.shape[-1]), -1,
+                        index.expand(*lead, index.shape[-1]).long())
+
+
+def broadcast_to(x, shape):
+    return x.expand(*shape)
+
+
+def logmatmulexp(a, b):
+    """(A ⊗ B)[i, j] = log Σ_k exp(A[i, k] + B[k, j]) for ``[..., S, S]`` matrices, by a
+    max-shifted matmul (memory of the operands, not of S³)."""
+    ma = a.max(-1, keepdim=True).values
+    mb = b.max(-2, keepdim=True).values
+    prod = torch.exp(a - ma) @ torch.exp(b - mb)
+    return torch.log(prod.clamp_min(torch.finfo(prod.dtype).tiny)) + ma + mb
+
+
+def maxmatmul(a, b):
+    """(A ⊙ B)[i, j] = max_k A[i, k] + B[k, j] (the max-plus semiring)."""
+    return (a.unsqueeze(-1) + b.unsqueeze(-3)).max(-2).values
+
+
+def associative_scan(op, elems, axis: int):
+    """Inclusive prefix scan: out[t] = elems[0] ∘ … ∘ elems[t] along ``axis`` for an associative
+    ``op`` — the odd/even recursion of ``jax.lax.associative_scan``, O(log T) levels."""
+    elems = elems.movedim(axis, 0)
+
+    def scan_(e):
+        n = e.shape[0]
+        if n < 2:
+            return e
+        odd = scan_(op(e[0:-1:2], e[1::2]))
+        if n % 2 == 0:
+            even = op(odd[:-1], e[2::2])
+        else:
+            even = op(odd, e[2::2])
+        even = torch.cat([e[:1], even], 0)
+        out = torch.empty((n, *e.shape[1:]), dtype=e.dtype, device=e.device)
+        out[0::2] = even
+        out[1::2] = odd
+        return out
+
+    return scan_(elems).movedim(0, axis)
+
+
+def einsum(spec: str, *xs):
+    return torch.einsum(spec, *xs)
+
+
+def as_bool(x):
+    return x.bool()
+
+
+def on_accelerator(like) -> bool:
+    """Whether ``like`` lives on an accelerator (a CUDA device)."""
+    return like is not None and like.device.type == "cuda"
+
+
+def argmax(x, dim: int):
+    return x.argmax(dim)
+
+
+def clip(x, low, high):
+    return x.clamp(low, high)
+
+
+def maximum(x, value):
+    return x.clamp(min=value)
 
 
 def grad(f, x):
@@ -177,12 +283,6 @@ def to_index(x):
 
 def log_softmax(x, dim: int):
     return torch.log_softmax(x, dim)
-
-
-def take_last(x, index):
-    """``x [..., T, V]`` at ``index [..., S]`` → ``[..., T, S]``."""
-    idx = index[..., None, :].expand(*x.shape[:-1], index.shape[-1])
-    return torch.gather(x, -1, idx)
 
 
 def from_numpy_int(array, like):

@@ -4,12 +4,13 @@ log p(y | x) per token, the marginals, the Viterbi path and posterior draws (chi
 backends, on ragged batches; and the hmm-exact model through it = the enumerated pyro.markov
 sites it replaced (loss and gradients).
 
-Each property caught a planted fault (``python tests/plant_faults.py m1 m2 m3 m4 m5``):
-m1 the banded candidates not flipped (j − d + m read as j + d − …) → log Z wrong, 2 failed;
-m2 Viterbi's back-pointer without max_back → the path differs from the brute-force argmax;
-m3 FFBS without the transition term → draws outside the support, 4 failed; m4 the JAX scan's
-per-token likelihood shifted by 1e-7 → log Z off by more than 1e-9; m5 the JAX FFBS without
-transitions → chi-square p = 0, 4 failed."""
+Both backends run one definition of the chain (``ppl_attention.structures.monotonic`` on the
+library's chain recursion). Each property caught a planted fault (``python tests/plant_faults.py
+m1 m2 m3 m4 m5``): m1 torch's banded windows not flipped (j − d + m read as j + d − …) → log Z
+wrong, 2 failed; m2 the banded step without max_back → 1 failed; m3 FFBS without the transition
+term → chi-square p = 0, 4 failed; m4 the parallel path's per-token likelihood shifted by 1e-7 →
+log Z off by more than 1e-9 (JAX), 2 failed; m5 JAX's draw ignoring its logits → draws outside the
+support, 4 failed."""
 
 import itertools
 import math
@@ -154,7 +155,7 @@ def test_the_associative_scan_is_the_sequential_product():
     g = torch.Generator().manual_seed(0)
     for n in (1, 2, 5, 8, 13):
         m = torch.randn(2, n, 3, 3, generator=g, dtype=torch.float64)
-        out = associative_scan(logmatmulexp, m, dim=1)
+        out = associative_scan(logmatmulexp, m, 1)
         acc = m[:, 0]
         for t in range(n):
             if t:
@@ -205,3 +206,28 @@ def test_bad_shapes_and_methods_are_refused():
     with pytest.raises(UserError, match="auto, sequential or parallel"):
         JaxChain(jnp.zeros((1, 2)), jnp.zeros((1, 3, 2, 2)), jnp.zeros((1, 3, 2)),
                  jnp.ones((1, 3), bool), method="fast")
+    with pytest.raises(UserError, match="do not agree"):
+        JaxChain(jnp.zeros((1, 3)), jnp.zeros((1, 3, 2, 2)), jnp.zeros((1, 3, 2)),
+                 jnp.ones((1, 3), bool))
+
+
+def test_paths_with_leading_dimensions_score_alike_on_both_backends():
+    """``score`` / ``log_prob`` of paths ``[..., B, T]`` on both backends (the NumPyro side
+    took ``[B, T]`` only before the chain was written once), equal to the rows scored one by
+    one."""
+    fam, scores, emis = _chain(1)
+    chain = fam.alignment_distribution(scores, SRC, emis, TGT, method="sequential")
+    z = chain.sample(6, torch.Generator().manual_seed(2)).view(2, 3, B, T)
+    lp = chain.log_prob(z)
+    assert lp.shape == (2, 3, B)
+    for a in range(2):
+        for c in range(3):
+            assert torch.allclose(lp[a, c], chain.log_prob(z[a, c]), atol=1e-12)
+    jfam = JaxMarkov(max_jump=2, max_back=1)
+    with jax.enable_x64(True):
+        params = {"jump_logits": jnp.asarray(fam.jump_logits.detach().numpy())}
+        jchain = jfam.alignment_distribution(jnp.asarray(scores.numpy()),
+                                             jnp.asarray(SRC.numpy()), jnp.asarray(emis.numpy()),
+                                             jnp.asarray(TGT.numpy()), params)
+        jlp = np.asarray(jchain.log_prob(jnp.asarray(z.numpy())))
+    np.testing.assert_allclose(jlp, lp.detach().numpy(), atol=1e-9)
