@@ -1,11 +1,11 @@
 """``DependencyTree`` for the NumPyro mirror: the same distribution, names, arguments and maths as
-:mod:`ppl_attention.pyro.trees` (read its docstring for the recursions), in JAX. Eisner's recursion
-is
-a ``jax.lax.fori_loop`` over span widths on fixed-size charts (one compilation per padded N);
-the matrix-tree theorem ``jnp.linalg.slogdet``; marginals, entropy and KL come from
-``jax.grad`` of log Z. Value checks (finite scores, trees given to ``log_prob``) run on concrete
-arrays only, as a traced array has no values; the non-projective MAP tree (Chu–Liu–Edmonds)
-runs on the host, outside ``jax.jit``.
+:mod:`ppl_attention.pyro.trees` (read its docstring for the recursions), in JAX. Eisner's
+recursion is the structure library's one definition (:mod:`ppl_attention.structures.eisner`: a
+``jax.lax.fori_loop`` over span widths on fixed-size charts, one compilation per padded N); the
+matrix-tree theorem ``jnp.linalg.slogdet``; marginals, entropy and KL come from ``jax.grad`` of
+log Z. Value checks (finite scores, trees given to ``log_prob``) run on concrete arrays only, as
+a traced array has no values; the non-projective MAP tree (Chu–Liu–Edmonds) runs on the host,
+outside ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from numpyro.distributions.kl import kl_divergence
 from ..core.errors import NonFiniteScores, UserError
 from ..core.heads import check_trees, chu_liu_edmonds, enumerate_trees
 from ..core.numerics import LOG_ZERO
+from ..structures import jax_ops
+from ..structures.eisner import eisner_value
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
@@ -42,107 +44,11 @@ def arcs_to_heads(arcs, lengths):
     return jnp.where(idx < lengths[..., None], jnp.argmax(arcs, -2), idx)
 
 
-# --- the semirings of the inside recursion ----------------------------------------------------
-
-@jax.custom_vjp
-def _sample_select(x, noise):
-    """⊕ = log Σ exp forward; the backward pass sends the incoming indicator to one child drawn
-    by Gumbel-max (a top-down sample through the chart)."""
-    return jax.nn.logsumexp(x, -1)
-
-
-def _sample_fwd(x, noise):
-    return jax.nn.logsumexp(x, -1), (x, noise)
-
-
-def _sample_bwd(res, g):
-    x, noise = res
-    pick = jax.nn.one_hot(jnp.argmax(x + noise, -1), x.shape[-1], dtype=x.dtype)
-    return pick * g[..., None], jnp.zeros_like(noise)
-
-
-_sample_select.defvjp(_sample_fwd, _sample_bwd)
-
-
-@jax.custom_vjp
-def _max_select(x):
-    """⊕ = max forward; backward sends the indicator to the best child (Viterbi)."""
-    return jnp.max(x, -1)
-
-
-def _max_fwd(x):
-    return jnp.max(x, -1), x
-
-
-def _max_bwd(x, g):
-    return (jax.nn.one_hot(jnp.argmax(x, -1), x.shape[-1], dtype=x.dtype) * g[..., None],)
-
-
-_max_select.defvjp(_max_fwd, _max_bwd)
-
-
-def _plus(semiring: str, key=None):
-    if semiring == "log":
-        return lambda x, i=0: jax.nn.logsumexp(x, -1)
-    if semiring == "max":
-        return lambda x, i=0: _max_select(x)
-    return lambda x, i: _sample_select(x, jax.random.gumbel(jax.random.fold_in(key, i), x.shape,
-                                                             x.dtype))
-
-
-def _eisner_chart(theta, semiring: str, key=None):
-    """The complete items of Eisner's recursion over ``theta [..., n, n]`` (torch side:
-    :func:`ppl_attention.pyro.trees._eisner_chart`): C← by start, C→ by end and by start, each
-    ``[..., n, n(width)]``; one ``fori_loop`` step per width, on whole charts."""
-    plus = _plus(semiring, key)
-    n = theta.shape[-1]
-    s = jnp.arange(n)
-    zeros = jnp.zeros(theta.shape, theta.dtype)
-
-    def step(k, charts):
-        cl_s, cl_e, cr_s, cr_e, il_e, ir_s = charts
-        end = jnp.clip(s + k, 0, n - 1)
-        row_ok = (s + k < n)[:, None]
-
-        def split(a, b, b_width, valid):
-            bb = b[..., end[:, None], jnp.clip(b_width, 0, n - 1)[None, :]]
-            return jnp.where(valid & row_ok, a + bb, FLOOR)
-
-        j = s  # the split index, as many as the positions
-        x = plus(split(cr_s, cl_e, k - 1 - j, (j < k)[None, :]), 3 * k)
-        il = x + theta[..., end, s]  # arc t → s
-        ir = x + theta[..., s, end]  # arc s → t
-        il_e = il_e.at[..., :, k].set(jnp.roll(il, k, -1))
-        ir_s = ir_s.at[..., :, k].set(ir)
-        cl = plus(split(cl_s, il_e, k - j, (j < k)[None, :]), 3 * k + 1)
-        cr = plus(split(ir_s, cr_e, k - j, ((j >= 1) & (j <= k))[None, :]), 3 * k + 2)
-        return (cl_s.at[..., :, k].set(cl), cl_e.at[..., :, k].set(jnp.roll(cl, k, -1)),
-                cr_s.at[..., :, k].set(cr), cr_e.at[..., :, k].set(jnp.roll(cr, k, -1)),
-                il_e, ir_s)
-
-    charts = jax.lax.fori_loop(1, n, step, (zeros,) * 6)
-    return charts[0], charts[3], charts[2]
-
-
 def _eisner_log_partition(theta, lengths, single_root: bool, semiring: str = "log", key=None):
-    n = theta.shape[-1]
-    lead = theta.shape[:-2]
-    if not single_root:
-        top = jnp.concatenate([jnp.full(lead + (1, 1), FLOOR, theta.dtype),
-                               jnp.diagonal(theta, 0, -2, -1)[..., None, :]], -1)
-        body = jnp.concatenate([jnp.full(lead + (n, 1), FLOOR, theta.dtype), theta], -1)
-        _, _, cr_s = _eisner_chart(jnp.concatenate([top, body], -2), semiring, key)
-        return jnp.take_along_axis(cr_s[..., 0, :], lengths[..., None], -1)[..., 0]
-    cl_s, cr_e, _ = _eisner_chart(theta, semiring, key)
-    left = cl_s[..., 0, :]
-    last = jnp.maximum(lengths - 1, 0)
-    right_by_width = jnp.take_along_axis(cr_e, last[..., None, None], -2)[..., 0, :]
-    m = jnp.arange(n)
-    right = jnp.take_along_axis(right_by_width, jnp.maximum(last[..., None] - m, 0), -1)
-    terms = left + right + jnp.diagonal(theta, 0, -2, -1)
-    terms = jnp.where(m < lengths[..., None], terms, FLOOR)
-    plus = _plus(semiring, None if key is None else jax.random.fold_in(key, 1 << 20))
-    return plus(terms, 0)
+    """The structure library's one Eisner recursion
+    (:func:`~ppl_attention.structures.eisner.eisner_value`) on JAX (``key``: the sampling
+    semiring's draws)."""
+    return eisner_value(jax_ops, semiring, theta, lengths, single_root, key)
 
 
 def _matrix_tree_log_partition(theta, lengths, single_root: bool):

@@ -14,7 +14,8 @@ words at or past a row's length belong to no tree and hold their own index.
 Two kinds of trees:
 
 - ``projective=True``: arcs do not cross. Z by Eisner's first-order inside recursion in the log
-  semiring (Eisner 1996), O(N³) work, one batched tensor operation per span width: for a span
+  semiring (Eisner 1996; written once for both backends in :mod:`ppl_attention.structures.eisner`),
+  O(N³) work, one batched tensor operation per span width: for a span
   s..t of width k the incomplete items (an arc between s and t over the best split) and the
   complete items (a head with its finished half-subtrees),
 
@@ -52,6 +53,8 @@ from torch.distributions import constraints, register_kl
 from ..core.errors import NonFiniteScores, UserError
 from ..core.heads import check_trees, chu_liu_edmonds, enumerate_trees
 from ..core.numerics import LOG_ZERO
+from ..structures import torch_ops
+from ..structures.eisner import eisner_value
 from .distributions import categorical_draws
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
@@ -75,101 +78,11 @@ def arcs_to_heads(arcs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.where(idx < lengths.unsqueeze(-1), heads, idx.expand(heads.shape))
 
 
-# --- the semirings of the inside recursion ----------------------------------------------------
-
-class _SampleSelect(torch.autograd.Function):
-    """⊕ = log Σ exp forward; backward passes the incoming indicator to one child, drawn by
-    Gumbel-max in proportion to exp(child) (a top-down sample through the chart)."""
-
-    @staticmethod
-    def forward(ctx, x, noise):
-        ctx.save_for_backward(x, noise)
-        return x.logsumexp(-1)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, noise = ctx.saved_tensors
-        pick = (x + noise).argmax(-1, keepdim=True)
-        return torch.zeros_like(x).scatter_(-1, pick, 1.0) * g.unsqueeze(-1), None
-
-
-class _MaxSelect(torch.autograd.Function):
-    """⊕ = max forward; backward passes the incoming indicator to the best child (Viterbi)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.max(-1).values
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        pick = x.argmax(-1, keepdim=True)
-        return torch.zeros_like(x).scatter_(-1, pick, 1.0) * g.unsqueeze(-1)
-
-
-def _gumbel(x: torch.Tensor) -> torch.Tensor:
-    tiny = torch.finfo(x.dtype).tiny
-    u = torch.rand_like(x).clamp(tiny, 1.0 - torch.finfo(x.dtype).eps)
-    return -torch.log(-torch.log(u))
-
-
-def _plus(semiring: str):
-    """⊕ over the last dim: log (marginals), sample (exact draws) or max (MAP)."""
-    if semiring == "log":
-        return lambda x: x.logsumexp(-1)
-    if semiring == "sample":
-        return lambda x: _SampleSelect.apply(x, _gumbel(x.detach()))
-    return _MaxSelect.apply
-
-
-def _eisner_chart(theta: torch.Tensor, semiring: str):
-    """The complete items of Eisner's recursion over ``theta [..., n, n]``: C← by start
-    ``[..., n(s), n(width)]`` and C→ by end ``[..., n(t), n(width)]``. Each chart is kept
-    indexed by span start (``…_s``) or span end (``…_e``) with one column per width, grown by
-    one column per width (so the autograd graph has O(n) nodes, not O(n²))."""
-    plus = _plus(semiring)
-    n = theta.shape[-1]
-    zero = theta.new_zeros(theta.shape[:-1] + (1,))
-    cl_s = cl_e = cr_s = cr_e = il_e = ir_s = zero  # width 0 (incomplete: unused)
-
-    def grow(chart, col, k, by_end):
-        return torch.cat([chart, F.pad(col, (k, 0) if by_end else (0, k)).unsqueeze(-1)], -1)
-
-    for k in range(1, n):
-        m = n - k
-        x = plus(cr_s[..., :m, :] + cl_e[..., k:, :].flip(-1))  # widths 0 … k−1 | k−1 … 0
-        il_e = grow(il_e, x + theta.diagonal(-k, -2, -1), k, True)  # arc t → s
-        ir_s = grow(ir_s, x + theta.diagonal(k, -2, -1), k, False)  # arc s → t
-        cl = plus(cl_s[..., :m, :] + il_e[..., k:, 1:].flip(-1))
-        cr = plus(ir_s[..., :m, 1:] + cr_e[..., k:, :].flip(-1))
-        cl_s, cl_e = grow(cl_s, cl, k, False), grow(cl_e, cl, k, True)
-        cr_s, cr_e = grow(cr_s, cr, k, False), grow(cr_e, cr, k, True)
-    return cl_s, cr_e, cr_s
-
-
-def _gather_last(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    return x.gather(-1, index.unsqueeze(-1)).squeeze(-1)
-
-
 def _eisner_log_partition(theta, lengths, single_root: bool, semiring: str = "log"):
-    """log Z (or its max / sampled counterpart) of projective trees, ``[...]``."""
-    n = theta.shape[-1]
-    if not single_root:  # the root prepended as word 0, arcs into it impossible
-        top = torch.cat([theta.new_full(theta.shape[:-2] + (1, 1), FLOOR),
-                         theta.diagonal(0, -2, -1).unsqueeze(-2)], -1)
-        body = torch.cat([theta.new_full(theta.shape[:-1] + (1,), FLOOR), theta], -1)
-        _, _, cr_s = _eisner_chart(torch.cat([top, body], -2), semiring)
-        return _gather_last(cr_s[..., 0, :], lengths)  # C→[root, L]
-    cl_s, cr_e, _ = _eisner_chart(theta, semiring)
-    left = cl_s[..., 0, :]  # C←[0, m], m = width
-    last = (lengths - 1).clamp(min=0)
-    right_by_width = cr_e.gather(-2, last[..., None, None].expand(*last.shape, 1, n)).squeeze(-2)
-    m = torch.arange(n, device=theta.device)
-    right = right_by_width.gather(-1, (last.unsqueeze(-1) - m).clamp(min=0))  # C→[m, L−1]
-    terms = left + right + theta.diagonal(0, -2, -1)
-    terms = torch.where(m < lengths.unsqueeze(-1), terms, torch.full_like(terms, FLOOR))
-    return _plus(semiring)(terms)
+    """log Z (or its max / sampled counterpart) of projective trees, ``[...]``: the structure
+    library's one Eisner recursion (:func:`~ppl_attention.structures.eisner.eisner_value`) on
+    PyTorch."""
+    return eisner_value(torch_ops, semiring, theta, lengths, single_root)
 
 
 def _matrix_tree_log_partition(theta, lengths, single_root: bool):

@@ -286,3 +286,48 @@ def diagonal(x, offset: int):
 def full_last(like, k: int, value):
     """An array of ``like``'s shape but ``k`` in the last dimension, filled with ``value``."""
     return jnp.full((*like.shape[:-1], k), value, dtype=like.dtype)
+
+
+def flip(x, dim: int):
+    return jnp.flip(x, dim)
+
+
+def diag(x, offset: int):
+    """``x [..., n, n]``'s entries (i, i + offset) → ``[..., n − |offset|]``."""
+    return jnp.diagonal(x, offset, -2, -1)
+
+
+# --- Eisner's charts (structures.eisner): full size, one fori_loop step per width ------------
+
+def chart_new(theta):
+    """A chart ``[..., n, n(width)]`` of zeros."""
+    return jnp.zeros(theta.shape, theta.dtype)
+
+
+def chart_pairs(a_s, b_e, k, total, a_min: int, b_min: int):
+    """For every start s: a_s[s, w1] + b_e[s + k, total − w1] over w1 ∈ 0 … n − 1, LOG_ZERO
+    outside a_min ≤ w1 ≤ total − b_min and where s + k ≥ n → ``[..., n, n]``."""
+    n = a_s.shape[-1]
+    s = jnp.arange(n)
+    end = jnp.clip(s + k, 0, n - 1)
+    other = b_e[..., end[:, None], jnp.clip(total - s, 0, n - 1)[None, :]]
+    valid = ((s >= a_min) & (s <= total - b_min))[None, :] & (s + k < n)[:, None]
+    return jnp.where(valid, a_s + other, LOG_ZERO)
+
+
+def chart_arc(theta, k, leftward: bool):
+    """θ of the arc between s and s + k for every start s, ``[..., n]``: t → s or s → t."""
+    s = jnp.arange(theta.shape[-1])
+    end = jnp.clip(s + k, 0, theta.shape[-1] - 1)
+    return theta[..., end, s] if leftward else theta[..., s, end]
+
+
+def chart_set(chart, col, k, by_end: bool):
+    """The chart with width k's items ``col [..., n]`` (by start s) as its column k, indexed by
+    start or by end (rolled by k)."""
+    return chart.at[..., :, k].set(jnp.roll(col, k, -1) if by_end else col)
+
+
+def width_loop(step, n: int, charts):
+    """``charts = step(k, charts)`` for k = 1 … n − 1 (``lax.fori_loop``)."""
+    return jax.lax.fori_loop(1, n, step, charts)

@@ -128,9 +128,21 @@ def take_last(x, index):
     return torch.gather(x, -1, idx)
 
 
+def _broadcast_shapes(a: tuple, b: tuple) -> tuple:
+    """NumPy's broadcast of two shapes (``torch.broadcast_shapes`` imports several hundred
+    modules on its first call)."""
+    a, b = (1,) * (len(b) - len(a)) + a, (1,) * (len(a) - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
 def take_along_last(x, index):
     """``x [..., V]`` at ``index [..., K]`` → ``[..., K]``, the leading dimensions broadcast."""
-    lead = torch.broadcast_shapes(x.shape[:-1], index.shape[:-1])
+    lead = _broadcast_shapes(tuple(x.shape[:-1]), tuple(index.shape[:-1]))
     return torch.gather(x.expand(*lead, x.shape[-1]), -1,
                         index.expand(*lead, index.shape[-1]).long())
 
@@ -301,3 +313,46 @@ def diagonal(x, offset: int):
 def full_last(like, k: int, value):
     """An array of ``like``'s shape but ``k`` in the last dimension, filled with ``value``."""
     return torch.full((*like.shape[:-1], k), value, dtype=like.dtype, device=like.device)
+
+
+def flip(x, dim: int):
+    return torch.flip(x, (dim,))
+
+
+def diag(x, offset: int):
+    """``x [..., n, n]``'s entries (i, i + offset) → ``[..., n − |offset|]``."""
+    return torch.diagonal(x, offset, -2, -1)
+
+
+# --- Eisner's charts (structures.eisner): grown by one column per width ----------------------
+
+def chart_new(theta):
+    """A chart before its first width: ``[..., n, 1]`` (width 0, the value 0)."""
+    return full_last(theta, 1, 0.0)
+
+
+def chart_pairs(a_s, b_e, k: int, total: int, a_min: int, b_min: int):
+    """For the spans of width k (start s, end s + k): a_s[s, w1] + b_e[s + k, w2] over w1 + w2 =
+    ``total``, w1 ≥ a_min, w2 ≥ b_min → ``[..., n − k, total − a_min − b_min + 1]``."""
+    m = a_s.shape[-2] - k
+    return (a_s[..., :m, a_min:total - b_min + 1]
+            + torch.flip(b_e[..., k:, b_min:total - a_min + 1], (-1,)))
+
+
+def chart_arc(theta, k: int, leftward: bool):
+    """θ of the arc between s and s + k, ``[..., n − k]``: t → s (``leftward``) or s → t."""
+    return torch.diagonal(theta, -k if leftward else k, -2, -1)
+
+
+def chart_set(chart, col, k: int, by_end: bool):
+    """The chart with width k's items ``col [..., n − k]`` (by start s) as its next column,
+    indexed by start or by end."""
+    col = torch.nn.functional.pad(col, (k, 0) if by_end else (0, k))
+    return torch.cat([chart, col[..., None]], -1)
+
+
+def width_loop(step, n: int, charts):
+    """``charts = step(k, charts)`` for k = 1 … n − 1 (a Python loop)."""
+    for k in range(1, n):
+        charts = step(k, charts)
+    return charts

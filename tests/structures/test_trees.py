@@ -4,13 +4,15 @@ float32, exact sampling by a chi-square test, torch-struct where it is installed
 input refused.
 
 Planted faults (``python tests/plant_faults.py t1 t2 t3 t4``), each caught by this module:
-t1 — the sampled chart's Gumbel noise halved (draws biased toward likely trees): caught by
+Eisner's recursion is one definition for both backends (``ppl_attention.structures.eisner``).
+t1 — torch's sampling semiring with its Gumbel noise halved (draws biased toward likely trees):
+caught by
 ``test_exact_draws_pass_chi_square[pyro-projective-single]`` and its multi-root twin;
 t2 — the non-projective sequential draw skips conditioning on the drawn heads: caught by
 ``test_exact_draws_pass_chi_square[pyro-nonprojective-*]``; t3 — the NumPyro matrix-tree
 Laplacian without its first-row replacement: caught by ``test_equals_brute_force[numpyro-*]``;
 t4 — Eisner's incomplete items with the arc direction swapped: caught by
-``test_equals_brute_force[pyro-projective-*]``.
+``test_equals_brute_force[*-projective-*]`` on both backends (4 failed).
 """
 
 import jax
