@@ -1,7 +1,8 @@
-"""Plant one fault per property of the verification matrix (a–g), per property of the
-monotonic chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing
-silently (u1–u10), of generated docs (v1), of the structure library (s1–s6), run the tests
-that should catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
+"""Plant one fault per property of the verification matrix (a–g), per property of the monotonic
+chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
+(u1–u10), of generated docs (v1), of the structure library (s1–s6), of the word aligners' HMM on
+the chain recursion (w1, w2), run the tests that should catch it, report, and restore the file:
+``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
 tests/pyro/test_meta_device.py.
@@ -200,6 +201,15 @@ FAULTS = [
   "    return x.reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values",
   "    return x[:, :1].reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values",
   "tests/structures/test_linear_chain.py::test_every_operation_equals_brute_force"),
+ # the word aligners' HMM on the chain recursion (tests/numpyro/test_aligners.py)
+ ("w1", "ppl_attention/numpyro/aligners.py",
+  "        return (E_j[:, 0] * phi_null)[:, None] * beta + jnp.pad(a_real, ((0, 0), (1, 0)))",
+  "        return jnp.pad(a_real, ((0, 0), (1, 0)))",
+  "tests/numpyro/test_aligners.py"),
+ ("w2", "ppl_attention/numpyro/aligners.py",
+  "    prev = jnp.concatenate([start[None], after[:-1]], 0)  # the memory before step j",
+  "    prev = after",
+  "tests/numpyro/test_aligners.py"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -38,6 +38,9 @@ from jax.scipy.special import digamma, gammaln
 
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
+from ..structures import jax_ops
+from ..structures.linear_chain import chain_forward
+from ..structures.semirings import PROB
 
 __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_translation",
            "expected_log_translation",
@@ -268,9 +271,15 @@ def _jump_weights(spec, log_dist, S: int):
 
 
 def _hmm_forward(spec, log_theta, log_dist, b):
-    """The scaled forward pass over (state, memory): per step j the normalized real-state
-    weights ``a_real [T, B, S]``, NULL-state weights ``a_null [T, B, S+1]`` (by memory), the
-    memory distribution before the step ``prev [T, B, S+1]``, and log Z ``[B]``."""
+    """The scaled forward pass over (state, memory) — the structure library's chain recursion
+    (:func:`~ppl_attention.structures.linear_chain.chain_forward`) in the probability semiring,
+    the state the memory m (0: the start, m: real position m − 1) and one step per target word:
+
+        β_j = (E_j[NULL] φ_null) β_{j−1} + pad(E_j[real] ⊙ (β_{j−1} W)),   normalized by c_j.
+
+    Returns per step j the normalized real-state weights ``a_real [T, B, S]``, NULL-state
+    weights ``a_null [T, B, S+1]`` (by memory), the memory distribution before the step ``prev
+    [T, B, S+1]``, the normalizers ``c`` and log Z ``[B]``."""
     le = _emission(log_theta, b)  # [B, S1, T]
     shift = jnp.max(le, 1)  # [B, T]
     shift = jnp.where(shift > NEG / 2, shift, 0.0)
@@ -281,20 +290,20 @@ def _hmm_forward(spec, log_theta, log_dist, b):
     phi_null = jnp.exp(log_dist[spec.null_bucket])
     start = jnp.zeros((B, S + 1), E.dtype).at[:, 0].set(1.0)
 
-    def step(beta, xs):
-        E_j, shift_j, real_j = xs  # [B, S1], [B], [B]
+    def contract(beta, E_j, key):  # [B, S+1], [B, S1]
         a_real = E_j[:, 1:] * (beta @ W)
-        a_null = (E_j[:, 0] * phi_null)[:, None] * beta
-        new = a_null + jnp.pad(a_real, ((0, 0), (1, 0)))
-        c = new.sum(-1)
-        ok = real_j & (c > 0)
-        c_safe = jnp.where(ok, c, 1.0)
-        new = jnp.where(ok[:, None], new / c_safe[:, None], beta)
-        ll = jnp.where(ok, jnp.log(c_safe) + shift_j, 0.0)
-        return new, (a_real / c_safe[:, None], a_null / c_safe[:, None], beta, ll, c_safe)
+        return (E_j[:, 0] * phi_null)[:, None] * beta + jnp.pad(a_real, ((0, 0), (1, 0)))
 
-    final, (a_real, a_null, prev, ll, c) = jax.lax.scan(
-        step, start, (jnp.moveaxis(E, 2, 0), shift.T, b["tgt_mask"].T))
+    E_t = jnp.moveaxis(E, 2, 0)  # [T, B, S1]
+    real = b["tgt_mask"].T
+    final, (after, c) = chain_forward(jax_ops, PROB, start, (E_t,), real, contract,
+                                      normalize=True)
+    ok = real & (c > 0)
+    c = jnp.where(ok, c, 1.0)
+    ll = jnp.where(ok, jnp.log(c) + shift.T, 0.0)
+    prev = jnp.concatenate([start[None], after[:-1]], 0)  # the memory before step j
+    a_real = E_t[..., 1:] * (prev @ W) / c[..., None]
+    a_null = (E_t[..., 0] * phi_null)[..., None] * prev / c[..., None]
     return {"a_real": a_real, "a_null": a_null, "prev": prev, "final": final, "c": c,
             "log_z": ll.sum(0), "token_loglik": ll.T, "W": W, "E": E}
 

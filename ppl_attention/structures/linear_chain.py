@@ -31,10 +31,11 @@ def chain_forward(ops, semiring, alpha, steps, keep, contract, key=None, normali
 
     ``alpha [..., t]`` α_0 as semiring values, ``steps`` a tuple of arrays whose leading axis
     (n − 1) runs over the positions after the first, ``keep [n − 1, ...]`` bool. Returns the last
-    α. With ``normalize`` (the log semiring), each kept α_i is divided by its sum c_i = ⊕ α_i
-    and the result is ``(α_last, (filters [n − 1, ..., t], c [n − 1, ...]))`` (c = 0 on a step not
-    kept), so that log Z = log c_0 + Σ_i c_i and filters_i = log p(z_i | evidence ≤ i); with
-    ``filters=False`` only ``(c,)`` is collected."""
+    α. With ``normalize`` (the log or the probability semiring), each kept α_i is divided by
+    its sum c_i = ⊕ α_i and the result is ``(α_last, (filters [n − 1, ..., t], c [n − 1,
+    ...]))`` (c the semiring's one on a step not kept), so that log Z = Σ_i log c_i (in log
+    space Σ_i c_i) and filters_i = p(z_i | evidence ≤ i); with ``filters=False`` only ``(c,)``
+    is collected. Under PROB a step whose c is 0 keeps its predecessor (and reports c = 0)."""
     if keep.shape[0] == 0:
         return (alpha, None) if normalize else alpha
     positions = ops.arange(keep.shape[0], keep) + 1
@@ -45,8 +46,10 @@ def chain_forward(ops, semiring, alpha, steps, keep, contract, key=None, normali
         if not normalize:
             return ops.where(kept[..., None], new, alpha)
         c = ops.plus(semiring, new, -1)
-        alpha = ops.where(kept[..., None], new - c[..., None], alpha)
-        c = ops.where(kept, c, 0.0)
+        ok = kept & ops.normalizer_ok(semiring, c)
+        safe = ops.where(ok, c, ops.one(semiring))
+        alpha = ops.where(ok[..., None], ops.divide(semiring, new, safe[..., None]), alpha)
+        c = ops.where(kept, c, ops.one(semiring))
         return alpha, ((alpha, c) if filters else (c,))
 
     xs = (*steps, keep, positions)

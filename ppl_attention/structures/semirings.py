@@ -12,6 +12,10 @@
   of size k; ⊕ keeps the k best of the union, ⊗ the k best pairwise sums (``ops.times``). The
   gradient of the i-th best score is the indicator of the i-th best structure.
 
+- ``PROB``: the sum-product semiring in probability space (⊕ = +, ⊗ = ×) — for a recursion
+  whose values are kept normalized at every step (a scaled forward pass, as the word aligners'
+  HMM runs it), where exp and log per element would cost more than they save.
+
 A semiring is a name the operation table maps to its ⊕ (``ops.plus(semiring, x, dim)``), its
 ⊗ of two semiring values (``ops.times``; + except for k-best) and its embedding of scores
 (``ops.lift``; the identity except for k-best). A recursion writes ``value + θ`` where θ is a
@@ -21,7 +25,8 @@ potential (a score, broadcast over the k-best axis) and ``ops.times`` where both
 LOG = "log"
 MAX = "max"
 SAMPLE = "sample"
-SEMIRINGS = (LOG, MAX, SAMPLE)
+PROB = "prob"
+SEMIRINGS = (LOG, MAX, SAMPLE, PROB)
 KMAX = "kmax"
 
 

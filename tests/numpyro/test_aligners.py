@@ -4,6 +4,10 @@ likelihood, each target word's posterior over NULL and the source positions, the
 counts of the cells and buckets, and the frequencies of the drawn alignments (FFBS for the
 HMM) — for IBM1, IBM2 and the HMM; the sparse Dirichlet draws of the translation rows against
 the dense Dirichlet's moments.
+
+The HMM's forward pass is the structure library's chain recursion in the probability semiring;
+planted faults (``python tests/plant_faults.py w1 w2``): w1 the NULL state dropped from the
+step, w2 the memory after a step read as the memory before it — each fails 2 tests here.
 """
 
 import itertools
