@@ -297,7 +297,8 @@ class MarkovCategorical(Family):
         p(z_t = j | z_{t−1} = i, x, y<t) ∝ exp(e_tj + w_{j−i}),  −max_back ≤ j − i ≤ max_jump,
 
     z_{−1} = −1. Its one parameter, the jump logits w (key ``"jump_logits"``, zero-initialized),
-    comes as ``params``. The forward algorithm is a ``jax.lax.scan``; the NumPyro model
+    comes as ``params``. The exact chain is :meth:`alignment_distribution` (the structure
+    library's banded chain recursion, :mod:`ppl_attention.structures.monotonic`); the NumPyro model
     enumerates z_t under ``numpyro.contrib.control_flow.scan``
     (:class:`~ppl_attention.numpyro.models.Seq2SeqAlignment`)."""
 
@@ -389,8 +390,9 @@ class MarkovCategorical(Family):
 class SegmentCRF(Family):
     """Segmentation attention, as :class:`ppl_attention.pyro.families.SegmentCRF`: weights are the
     marginals p(s_j = 1) of a binary linear-chain CRF (unary e_tj, pairwise ``transitions``
-    A[s_{j−1}, s_j], key ``"transitions"``), by forward–backward in log space with
-    ``jax.lax.scan``; masked positions leave the chain and get weight 0."""
+    A[s_{j−1}, s_j], key ``"transitions"``), the gradient of the structure library's
+    linear-chain log Z (:func:`~ppl_attention.structures.linear_chain.segment_marginals`);
+    masked positions leave the chain and get weight 0."""
 
     spec = FAMILY_SPECS["segment-crf"]
 

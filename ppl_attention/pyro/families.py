@@ -494,7 +494,8 @@ class SegmentCRF(Family):
     unary potentials the attention scores e_tj (0 for s_j = 0), pairwise potentials A (2 × 2,
     learned, zero-initialized). The attention weights are the exact marginals
     w_tj = p(s_j = 1 | x, q_t) — not normalized: several positions (a segment) may be selected
-    together — computed by forward–backward in log space (:meth:`marginals`); the context is
+    together — the gradient of the structure library's linear-chain log Z (:meth:`marginals`,
+    :func:`~ppl_attention.structures.linear_chain.segment_marginals`); the context is
     Σ_j w_tj v_j (Kim et al. eq. 4). Deterministic, like Soft: no sample site. Masked positions
     are removed from the chain (their neighbours become adjacent) and get weight exactly 0.
     """
