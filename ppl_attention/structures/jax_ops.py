@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from ..core.numerics import LOG_ZERO
-from .semirings import LOG, MAX, PROB, SAMPLE, k_of
+from .semirings import LOG, MAX, PROB, SAMPLE, divide, k_of, normalizer_ok, one  # noqa: F401
 
 name = "jax"
 
@@ -333,19 +333,3 @@ def chart_set(chart, col, k, by_end: bool):
 def width_loop(step, n: int, charts):
     """``charts = step(k, charts)`` for k = 1 … n − 1 (``lax.fori_loop``)."""
     return jax.lax.fori_loop(1, n, step, charts)
-
-
-def divide(semiring: str, x, c):
-    """``x`` over the normalizer ``c`` (broadcast): x − c in log space, x / c for PROB."""
-    return x / c if semiring == PROB else x - c
-
-
-def normalizer_ok(semiring: str, c):
-    """Where a normalizer may divide: c > 0 for PROB (a step of probability 0 keeps its
-    predecessor, as a scaled forward pass does); everywhere in log space."""
-    return c > 0 if semiring == PROB else True
-
-
-def one(semiring: str) -> float:
-    """The semiring's ⊗-identity as a normalizer: 1 for PROB, 0 in log space."""
-    return 1.0 if semiring == PROB else 0.0

@@ -38,3 +38,21 @@ def kmax(k: int) -> str:
 def k_of(semiring: str) -> int | None:
     """k of a k-best semiring (None for the others)."""
     return int(semiring[len(KMAX):]) if semiring.startswith(KMAX) else None
+
+
+# --- normalizing a recursion's values (pure Python: both operation tables export these) ---
+
+def divide(semiring: str, x, c):
+    """``x`` over the normalizer ``c`` (broadcast): x − c in log space, x / c for PROB."""
+    return x / c if semiring == PROB else x - c
+
+
+def normalizer_ok(semiring: str, c):
+    """Where a normalizer may divide: c > 0 for PROB (a step of probability 0 keeps its
+    predecessor, as a scaled forward pass does); everywhere in log space."""
+    return c > 0 if semiring == PROB else True
+
+
+def one(semiring: str) -> float:
+    """The semiring's ⊗-identity as a normalizer: 1 for PROB, 0 in log space."""
+    return 1.0 if semiring == PROB else 0.0
