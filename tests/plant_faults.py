@@ -1,8 +1,8 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of the structure library (s1–s6), of the word aligners' HMM on
-the chain recursion (w1, w2), run the tests that should catch it, report, and restore the file:
-``python tests/plant_faults.py [a b … m1 …]``.
+the chain recursion (w1, w2), of structures as latent sites (l1–l3), run the tests that should
+catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
 tests/pyro/test_meta_device.py.
@@ -210,6 +210,17 @@ FAULTS = [
   "    prev = jnp.concatenate([start[None], after[:-1]], 0)  # the memory before step j",
   "    prev = after",
   "tests/numpyro/test_aligners.py"),
+ # structures as latent sites of a user's model (tests/structures/test_latent_sites.py)
+ ("l1", "ppl_attention/structures/distribution.py",
+  "        return self._over(self.log_potentials + self._evidence(emission, \"posterior\"))",
+  "        return self._over(self.log_potentials + 0 * self._evidence(emission, \"posterior\"))",
+  "tests/structures/test_latent_sites.py"),
+ ("l2", "ppl_attention/pyro/inference/elbo.py",
+  "            surrogate = surrogate + ((reward - b).detach() * score).sum()",
+  "            surrogate = surrogate + 0 * ((reward - b).detach() * score).sum()",
+  "tests/structures/test_latent_sites.py"),
+ ("l3", "ppl_attention/numpyro/crfs.py", "    has_rsample = False\n", "",
+  "tests/structures/test_latent_sites.py"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -23,6 +23,10 @@ class _JaxStructured(StructuredDistribution, Distribution):
     arg_constraints: dict = {}
     support = constraints.boolean
     has_enumerate_support = True
+    #: a draw is discrete: no pathwise gradient. NumPyro reads ``has_rsample`` from the
+    #: parameters declared reparameterized, and with no declared parameters it would say True
+    #: (its ELBOs would then take the zero gradient of a draw instead of scoring it)
+    has_rsample = False
 
     def __init__(self, log_potentials, lengths=None, *, validate_args=None):
         batch_shape, event_shape = self._make_structure(jnp.asarray(log_potentials), lengths)

@@ -78,6 +78,7 @@ class DependencyTree(Distribution):
 
     arg_constraints: dict = {}
     has_enumerate_support = True
+    has_rsample = False  # a draw is discrete (see ppl_attention.numpyro.crfs)
     pytree_data_fields = ("scores", "lengths", "theta", "_real")
     pytree_aux_fields = ("projective", "single_root")
 
@@ -213,6 +214,15 @@ class DependencyTree(Distribution):
             keep = (idx == h[..., None]) | ~real[..., m:m + 1]
             theta = theta.at[..., :, m].set(jnp.where(keep, theta[..., :, m], FLOOR))
         return heads
+
+    def posterior(self, emission) -> DependencyTree:
+        """p(z | x, y) for an emission that factors over arcs (:func:`tree_posterior`); the
+        same member as the structure library's distributions."""
+        return tree_posterior(self, emission)
+
+    def marginal_log_likelihood(self, emission):
+        """log p(y | x) = log Z(θ + φ) − log Z(θ) ``[...]`` (:func:`tree_log_likelihood`)."""
+        return tree_log_likelihood(self, emission)
 
     def enumerate_support(self, expand: bool = True):
         lens = np.unique(np.asarray(self.lengths))

@@ -302,6 +302,15 @@ class DependencyTree(TorchDistribution):
                                            torch.full_like(theta[..., :, m], FLOOR))
         return heads
 
+    def posterior(self, emission) -> DependencyTree:
+        """p(z | x, y) for an emission that factors over arcs (:func:`tree_posterior`); the
+        same member as the structure library's distributions."""
+        return tree_posterior(self, emission)
+
+    def marginal_log_likelihood(self, emission):
+        """log p(y | x) = log Z(θ + φ) − log Z(θ) ``[...]`` (:func:`tree_log_likelihood`)."""
+        return tree_log_likelihood(self, emission)
+
     def enumerate_support(self, expand: bool = True) -> torch.Tensor:
         """Every tree ``[n_trees, ..., N]`` (brute force; all rows of one length ≤ 7)."""
         lens = self.lengths.unique()

@@ -59,6 +59,10 @@ class CTCAlignment(Structure):
 
     event_dims = 2
     name = "CTC"
+    no_evidence_because = ("its potentials are the frames' scores before log_softmax (each "
+                           "path's score is normalized per frame), so evidence φ added to them "
+                           "is not a factor over the parts; add φ to the log-likelihood of your "
+                           "model instead")
 
     def __init__(self, ops, log_potentials, labels, label_lengths=None, input_lengths=None,
                  blank_id: int = 0):

@@ -48,6 +48,36 @@ class StructuredDistribution:
     def mode(self):
         return self.argmax()
 
+    def posterior(self, emission):
+        """p(z | y) for evidence that factors over the parts, log p(y | z) = ⟨event(z), φ⟩ with
+        ``emission`` φ of the event shape (its leading dimensions broadcast against the batch):
+        the same structure over θ + φ, since p(z) p(y | z) ∝ exp⟨event(z), θ + φ⟩."""
+        return self._over(self.log_potentials + self._evidence(emission, "posterior"))
+
+    def marginal_log_likelihood(self, emission):
+        """log p(y) = log Σ_z p(z) p(y | z) = log Z(θ + φ) − log Z(θ) ``[batch]`` for evidence
+        that factors over the parts (:meth:`posterior`): exact and differentiable — the exact
+        likelihood of a model whose latent site is this structure."""
+        return self.posterior(emission).log_partition - self.log_partition
+
+    def _evidence(self, emission, what: str):
+        why = self.structure.no_evidence_because
+        if why is not None:
+            raise UserError(f"{self.structure.name}.{what}: not available for {self.structure.name}"
+                            f": {why}")
+        event = tuple(self.structure.event_shape)
+        shape = tuple(getattr(emission, "shape", ()))
+        if shape[len(shape) - len(event):] != event or len(shape) < len(event):
+            raise UserError(f"{self.structure.name}.{what}: the emission must end in the event "
+                            f"shape {event}, got shape {shape}")
+        return emission
+
+    def _over(self, log_potentials):
+        """The same kind of distribution over other potentials, the same lengths."""
+        batch = tuple(log_potentials.shape[:len(log_potentials.shape)
+                                           - len(self.structure.event_shape)])
+        return type(self)(log_potentials, self.ops.expand(self.lengths, batch))
+
     def argmax(self):
         """The event of the most probable structure ``[batch, *event]``."""
         return self.structure.argmax()

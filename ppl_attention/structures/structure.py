@@ -32,6 +32,9 @@ class Structure:
 
     event_dims = 3
     name = "structure"
+    #: whether evidence that factors over the parts, log p(y | z) = ⟨event(z), φ⟩, can be added
+    #: to the potentials (posterior = the structure over θ + φ); None, or why not
+    no_evidence_because: str | None = None
 
     def __init__(self, ops, log_potentials, lengths=None):
         self.ops = ops
