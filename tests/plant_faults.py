@@ -1,7 +1,7 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of the structure library (s1–s6), of the word aligners' HMM on
-the chain recursion (w1, w2), of structures as latent sites (l1–l3), run the tests that should
+the chain recursion (w1, w2), of structures as latent sites (l1–l4), run the tests that should
 catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -220,6 +220,10 @@ FAULTS = [
   "            surrogate = surrogate + 0 * ((reward - b).detach() * score).sum()",
   "tests/structures/test_latent_sites.py"),
  ("l3", "ppl_attention/numpyro/crfs.py", "    has_rsample = False\n", "",
+  "tests/structures/test_latent_sites.py"),
+ ("l4", "ppl_attention/numpyro/inference/elbo.py",
+  "        surrogate = surrogate + term - jax.lax.stop_gradient(term)",
+  "        surrogate = surrogate",
   "tests/structures/test_latent_sites.py"),
 ]
 only = sys.argv[1:]

@@ -8,16 +8,17 @@
 - the score-function ELBO with the exact KL on a model written as a user writes one (a
   ``pyro.sample`` / ``numpyro.sample`` site, a ``pyro.factor`` / ``numpyro.factor`` for the
   evidence, a guide with its own potentials): its gradient, averaged over draws, equals the
-  exact gradient of the closed-form ELBO ⟨μ_q, φ⟩ − KL(q ‖ p) (Pyro: the package's
-  ``ScoreFunctionKL_ELBO``; NumPyro: its own ``TraceGraph_ELBO``, which scores the draw and
-  estimates the KL by sampling).
+  exact gradient of the closed-form ELBO ⟨μ_q, φ⟩ − KL(q ‖ p) — the package's
+  ``ScoreFunctionKL_ELBO`` on both backends (NumPyro's under ``SVI`` too) and NumPyro's own
+  ``TraceGraph_ELBO`` (which scores the draw and estimates the KL by sampling).
 
-Planted faults (``python tests/plant_faults.py l1 l2 l3``): l1 the posterior's potentials
+Planted faults (``python tests/plant_faults.py l1 l2 l3 l4``): l1 the posterior's potentials
 without the evidence → 6 failed (every structure, both backends); l2 the score-function term of
 ``ScoreFunctionKL_ELBO`` dropped → the Pyro gradient test fails (fast and full form); l3 the
 NumPyro structures without ``has_rsample = False`` (NumPyro then takes them as reparameterized
 and its ELBO the zero pathwise gradient of a discrete draw — the defect this test found) → the
-NumPyro gradient test fails.
+NumPyro ``TraceGraph_ELBO`` gradient test fails; l4 the NumPyro ``ScoreFunctionKL_ELBO``
+without its score-function term → its gradient test fails.
 """
 
 import jax
@@ -203,6 +204,51 @@ def test_numpyros_tracegraph_elbo_gradient_is_unbiased_with_a_structured_site():
                              jax.random.split(jax.random.PRNGKey(0), N_DRAWS))["lam"])
     exact = _exact_elbo_grad(theta, phi, lam0, lengths)
     _agrees(draws, exact)
+
+
+def test_numpyros_score_function_kl_elbo_gradient_is_unbiased_in_a_user_model():
+    """The NumPyro mirror of ``ScoreFunctionKL_ELBO`` (closed-form KL, the draw scored), its
+    value the exact ELBO's estimate and its gradient unbiased; it runs under ``SVI``."""
+    from numpyro.infer import SVI
+    from numpyro.optim import Adam
+
+    from ppl_attention.numpyro.crfs import SemiMarkovCRF
+    from ppl_attention.numpyro.inference import ScoreFunctionKL_ELBO
+
+    theta, phi, lam0, lengths = _problem()
+    th, ph, L = jnp.asarray(theta), jnp.asarray(phi), jnp.asarray(lengths)
+
+    def model():
+        with numpyro.plate("batch", 2):
+            z = numpyro.sample("z", SemiMarkovCRF(th, L))
+            numpyro.factor("y", (z * ph).sum((-1, -2, -3, -4)))
+
+    def guide():
+        lam = numpyro.param("lam", jnp.asarray(lam0))
+        with numpyro.plate("batch", 2):
+            numpyro.sample("z", SemiMarkovCRF(lam, L))
+
+    elbo = ScoreFunctionKL_ELBO()
+    grad = jax.jit(jax.vmap(jax.grad(lambda p, k: elbo.loss(k, p, model, guide)),
+                            in_axes=(None, 0)))
+    draws = -np.asarray(grad({"lam": jnp.asarray(lam0)},
+                             jax.random.split(jax.random.PRNGKey(0), N_DRAWS))["lam"])
+    _agrees(draws, _exact_elbo_grad(theta, phi, lam0, lengths))
+    values = jax.vmap(lambda k: elbo.loss(k, {"lam": jnp.asarray(lam0)}, model, guide))(
+        jax.random.split(jax.random.PRNGKey(1), N_DRAWS))
+    from ppl_attention.pyro.crfs import SemiMarkovCRF as TorchCRF
+
+    q, p = TorchCRF(torch.tensor(lam0), torch.tensor(lengths)), TorchCRF(torch.tensor(theta),
+                                                                         torch.tensor(lengths))
+    exact = float((q.marginals * torch.tensor(phi)).sum()
+                   - torch.distributions.kl_divergence(q, p).sum())
+    v = -np.asarray(values)
+    assert abs(v.mean() - exact) < 5 * v.std() / np.sqrt(len(v))
+    svi = SVI(model, guide, Adam(0.05), elbo)
+    state = svi.init(jax.random.PRNGKey(2))
+    for _ in range(3):
+        state, loss = svi.update(state)
+    assert np.isfinite(float(loss))
 
 
 def test_every_structure_is_a_site_numpyros_elbo_can_trace():
