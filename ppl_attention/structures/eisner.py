@@ -34,8 +34,8 @@ def _chart(ops, semiring, theta, key):
     the backend's (``ops.chart_*``, ``ops.width_loop``)."""
     n = theta.shape[-1]
 
-    def plus(x, i):
-        return ops.plus(semiring, x, -1, ops.fold_in(key, i))
+    def plus(pairs, i):
+        return ops.plus(semiring, ops.times(semiring, *pairs), -1, ops.fold_in(key, i))
 
     def width(k, charts):
         cl_s, cl_e, cr_s, cr_e, il_e, ir_s = charts
@@ -48,7 +48,7 @@ def _chart(ops, semiring, theta, key):
         return (ops.chart_set(cl_s, cl, k, False), ops.chart_set(cl_e, cl, k, True),
                 ops.chart_set(cr_s, cr, k, False), ops.chart_set(cr_e, cr, k, True), il_e, ir_s)
 
-    charts = ops.width_loop(width, n, (ops.chart_new(theta),) * 6)
+    charts = ops.width_loop(width, n, (ops.chart_new(theta[..., 0] * 0),) * 6)
     return charts[0], charts[3], charts[2]
 
 

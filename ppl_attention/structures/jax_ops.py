@@ -299,22 +299,25 @@ def diag(x, offset: int):
     return jnp.diagonal(x, offset, -2, -1)
 
 
-# --- Eisner's charts (structures.eisner): full size, one fori_loop step per width ------------
+# --- charts over spans (structures.eisner, structures.tree_crf): full size, one fori_loop step
+# per width --------------------------------------------------------------------------------------
 
-def chart_new(theta):
-    """A chart ``[..., n, n(width)]`` of zeros."""
-    return jnp.zeros(theta.shape, theta.dtype)
+def chart_new(first):
+    """A chart ``[..., n, n(width)]`` whose width-0 column is ``first [..., n]`` (0 elsewhere)."""
+    n = first.shape[-1]
+    return jnp.zeros(first.shape + (n,), first.dtype).at[..., 0].set(first)
 
 
 def chart_pairs(a_s, b_e, k, total, a_min: int, b_min: int):
-    """For every start s: a_s[s, w1] + b_e[s + k, total − w1] over w1 ∈ 0 … n − 1, LOG_ZERO
-    outside a_min ≤ w1 ≤ total − b_min and where s + k ≥ n → ``[..., n, n]``."""
+    """For every start s, the split pairs a_s[s, w1] and b_e[s + k, total − w1] over w1 ∈ 0 …
+    n − 1 as two stacks ``[..., n, n]``, the first LOG_ZERO outside a_min ≤ w1 ≤ total − b_min
+    and where s + k ≥ n."""
     n = a_s.shape[-1]
     s = jnp.arange(n)
     end = jnp.clip(s + k, 0, n - 1)
     other = b_e[..., end[:, None], jnp.clip(total - s, 0, n - 1)[None, :]]
     valid = ((s >= a_min) & (s <= total - b_min))[None, :] & (s + k < n)[:, None]
-    return jnp.where(valid, a_s + other, LOG_ZERO)
+    return jnp.where(valid, a_s, LOG_ZERO), other
 
 
 def chart_arc(theta, k, leftward: bool):
@@ -322,6 +325,12 @@ def chart_arc(theta, k, leftward: bool):
     s = jnp.arange(theta.shape[-1])
     end = jnp.clip(s + k, 0, theta.shape[-1] - 1)
     return theta[..., end, s] if leftward else theta[..., s, end]
+
+
+def chart_span(theta, k):
+    """``theta [..., n, n, l]`` at the spans (s, s + k) for every start s: ``[..., n, l]``."""
+    s = jnp.arange(theta.shape[-2])
+    return theta[..., s, jnp.clip(s + k, 0, theta.shape[-2] - 1), :]
 
 
 def chart_set(chart, col, k, by_end: bool):

@@ -326,24 +326,30 @@ def diag(x, offset: int):
     return torch.diagonal(x, offset, -2, -1)
 
 
-# --- Eisner's charts (structures.eisner): grown by one column per width ----------------------
+# --- charts over spans (structures.eisner, structures.tree_crf): grown one column per width ----
 
-def chart_new(theta):
-    """A chart before its first width: ``[..., n, 1]`` (width 0, the value 0)."""
-    return full_last(theta, 1, 0.0)
+def chart_new(first):
+    """A chart whose width-0 column is ``first [..., n]``: ``[..., n, 1]``."""
+    return first[..., None]
 
 
 def chart_pairs(a_s, b_e, k: int, total: int, a_min: int, b_min: int):
-    """For the spans of width k (start s, end s + k): a_s[s, w1] + b_e[s + k, w2] over w1 + w2 =
-    ``total``, w1 ≥ a_min, w2 ≥ b_min → ``[..., n − k, total − a_min − b_min + 1]``."""
+    """For the spans of width k (start s, end s + k), the split pairs a_s[s, w1] and b_e[s + k,
+    w2] over w1 + w2 = ``total``, w1 ≥ a_min, w2 ≥ b_min, as two stacks ``[..., n − k, total −
+    a_min − b_min + 1]`` (the recursion combines them with the semiring's ⊗)."""
     m = a_s.shape[-2] - k
-    return (a_s[..., :m, a_min:total - b_min + 1]
-            + torch.flip(b_e[..., k:, b_min:total - a_min + 1], (-1,)))
+    return (a_s[..., :m, a_min:total - b_min + 1],
+            torch.flip(b_e[..., k:, b_min:total - a_min + 1], (-1,)))
 
 
 def chart_arc(theta, k: int, leftward: bool):
     """θ of the arc between s and s + k, ``[..., n − k]``: t → s (``leftward``) or s → t."""
     return torch.diagonal(theta, -k if leftward else k, -2, -1)
+
+
+def chart_span(theta, k: int):
+    """``theta [..., n, n, l]`` at the spans (s, s + k): ``[..., n − k, l]``."""
+    return torch.diagonal(theta, k, -3, -2).movedim(-1, -2)
 
 
 def chart_set(chart, col, k: int, by_end: bool):

@@ -12,7 +12,9 @@ subtrees spanning i … j:
     β(i, i) = ⊕_c θ(i, i, c),   β(i, j) = ⊕_c θ(i, j, c) + ⊕_{i ≤ k < j} β(i, k) + β(k + 1, j),
     log Z = β(0, L − 1)
 
-It runs width by width; ``chart[w]`` holds β(i, i + w) for every i.
+It runs width by width on two charts of β, by span start and by span end, one column per width
+(the chart operations :mod:`.eisner` uses: PyTorch grows them, JAX runs one ``fori_loop`` step
+per width on full-size charts, so that it compiles once per n).
 """
 
 from __future__ import annotations
@@ -28,27 +30,21 @@ def tree_crf_value(ops, semiring, log_potentials, lengths, key=None):
     """⊕ over every labelled binary tree of its score ``[...]`` (the recursion above)."""
     n = log_potentials.shape[-2]
 
-    def span_labels(w):  # ⊕_c θ(i, i + w, c) for every i: [..., n − w]
-        diag = ops.lift(semiring, ops.diagonal(log_potentials, w))  # [..., l, n − w]
-        return ops.plus(semiring, diag, -2, ops.fold_in(key, 2 * n + w))
+    def span_labels(w):  # ⊕_c θ(i, i + w, c) for every start i
+        spans = ops.lift(semiring, ops.chart_span(log_potentials, w))  # [..., starts, l]
+        return ops.plus(semiring, spans, -1, ops.fold_in(key, 2 * n + w))
 
-    def pad(x, front: int, back: int):  # [..., k] → [..., front + k + back], log 0 added
-        parts = ([ops.full_last(x, front, LOG_ZERO)] if front else []) + [x]
-        return ops.concat(parts + ([ops.full_last(x, back, LOG_ZERO)] if back else []), -1)
-
-    # starts[w][i] = β(i, i + w) and ends[w][j] = β(j − w, j), both padded to n positions, so
-    # that each width's splits are two stacks, one sum and one ⊕ (not a loop over split points)
-    first = span_labels(0)
-    starts, ends, chart = [first], [first], [first]
-    for w in range(1, n):
-        left = ops.stack(starts[:w], -1)[..., :n - w, :]  # β(i, i + k), k < w
-        right = ops.stack(ends[w - 1::-1], -1)[..., w:, :]  # β(i + k + 1, i + w)
+    def width(w, charts):
+        starts, ends = charts  # β(i, i + k) by start i, β(j − k, j) by end j; column k
+        # the splits k: β(i, i + k) and β(i + k + 1, i + w)
+        left, right = ops.chart_pairs(starts, ends, w, w - 1, 0, 0)
         beta = ops.times(semiring, span_labels(w), ops.plus(
             semiring, ops.times(semiring, left, right), -1, ops.fold_in(key, w)))
-        chart.append(beta)
-        starts.append(pad(beta, 0, w))
-        ends.append(pad(beta, w, 0))
-    roots = ops.stack([chart[w][..., 0] for w in range(n)], -1)  # β(0, w): [..., n]
+        return ops.chart_set(starts, beta, w, False), ops.chart_set(ends, beta, w, True)
+
+    first = span_labels(0)
+    starts, _ = ops.width_loop(width, n, (ops.chart_new(first), ops.chart_new(first)))
+    roots = starts[..., 0, :]  # β(0, w): [..., n]
     widths = ops.arange(n, log_potentials)
     roots = ops.where(widths == (lengths[..., None] - 1), roots, LOG_ZERO)
     return ops.plus(semiring, roots, -1, ops.fold_in(key, 3 * n))
