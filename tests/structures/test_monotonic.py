@@ -126,14 +126,16 @@ def test_jax_chain_equals_brute_force(max_back, method):
     jfam = JaxMarkov(max_jump=2, max_back=max_back)
     with jax.enable_x64(True):
         params = {"jump_logits": jnp.asarray(fam.jump_logits.detach().numpy())}
-        chain = jfam.alignment_distribution(jnp.asarray(scores.numpy()), jnp.asarray(SRC.numpy()),
-                                            jnp.asarray(emis.numpy()), jnp.asarray(TGT.numpy()),
-                                            params, method=method)
-        ll = np.asarray(chain.token_log_likelihood())
-        marg = np.asarray(chain.marginals())
-        vit = np.asarray(chain.viterbi())
-        draws = np.asarray(chain.sample(jax.random.PRNGKey(0), 3000))
-        log_z = np.asarray(chain.log_partition())
+
+        @jax.jit  # one compilation for every operation (each eager lax.scan compiles its own)
+        def operations(sc, src, em, tgt, params, key):
+            chain = jfam.alignment_distribution(sc, src, em, tgt, params, method=method)
+            return (chain.token_log_likelihood(), chain.marginals(), chain.viterbi(),
+                    chain.sample(key, 3000), chain.log_partition())
+
+        ll, marg, vit, draws, log_z = map(np.asarray, operations(
+            jnp.asarray(scores.numpy()), jnp.asarray(SRC.numpy()), jnp.asarray(emis.numpy()),
+            jnp.asarray(TGT.numpy()), params, jax.random.PRNGKey(0)))
         dense = jfam.dense_chain(jnp.asarray(scores.numpy()), jnp.asarray(SRC.numpy()),
                                  jnp.asarray(emis.numpy()), jnp.asarray(TGT.numpy()), params)
         dense_z, dense_marg = np.asarray(dense.log_partition), np.asarray(dense.marginals)

@@ -10,8 +10,9 @@ For guide sites z with distributions q and model sites with priors p, and observ
     surrogate = log p(y | z) − Σ_z KL(q ‖ p) + Σ_z stop_grad(r_b − b_b) · log q(z_b),
 
 with r_b = log p(y_b | z) the pair's log-likelihood (each pair's draw is scored by its own
-pair: the batch plate) and b_b a baseline (``infer={"baseline": {"baseline_value": b}}`` on the
-guide site, per pair ``[B]`` or per token ``[B, T]``, summed per pair). The gradient of the
+pair: the batch plate; with ``vectorize_particles``, each particle's by its own) and b_b a
+baseline (``infer={"baseline": {"baseline_value": b}}`` on the guide site, per pair ``[B]`` or
+per token ``[B, T]``, summed per pair). The gradient of the
 surrogate is an unbiased estimate of the ELBO's: pathwise through log p(y | z) and the KL,
 REINFORCE for the draw. Pyro's TraceMeanField_ELBO takes the same closed-form KLs but refuses
 sites that are not reparameterized; TraceGraph_ELBO estimates the KL by sampling.
@@ -30,22 +31,31 @@ from ...core.errors import UserError
 __all__ = ["ScoreFunctionKL_ELBO"]
 
 
-def _batch_dim(trace) -> int | None:
+def _frames(trace) -> tuple:
+    """(the batch plate's dim, the vectorized particles' dim, the batch size): None where the
+    trace has no such plate."""
+    batch = particles = None
+    B = 1
     for site in trace.nodes.values():
         for frame in site.get("cond_indep_stack", ()):
             if frame.name == "batch":
-                return frame.dim
-    return None
+                batch, B = frame.dim, frame.size
+            elif frame.name == "num_particles_vectorized":
+                particles = frame.dim
+    return batch, particles, B
 
 
-def _per_pair(x: torch.Tensor, dim: int | None, B: int) -> torch.Tensor:
-    """Sum every dim of ``x`` right of the batch plate's ``dim``: ``[B]`` (all of it when the
-    trace has no batch plate)."""
-    if dim is None or x.dim() < -dim:
-        return (x.sum() / B).expand(B)
-    right = tuple(range(dim + 1, 0))
-    x = x.sum(right) if right else x
-    return x.reshape(-1, x.shape[-1]).sum(0).expand(B)
+def _per_pair(x: torch.Tensor, batch: int | None, particles: int | None, B: int) -> torch.Tensor:
+    """``x`` summed over every dim but the batch plate's and the vectorized particles':
+    ``[P, B]`` (``[B]`` without vectorized particles) — each particle's draw is scored by its own
+    reward. Without a batch plate, the whole (per particle) spread over the B = 1 pair."""
+    x = torch.as_tensor(x)
+    keep = [d for d in (particles, batch) if d is not None and x.dim() >= -d]
+    drop = [d for d in range(-x.dim(), 0) if d not in keep]
+    x = x.sum(drop) if drop else x
+    if batch is None or batch not in keep:
+        x = (x / B).unsqueeze(-1)
+    return x.expand(*x.shape[:-1], B)
 
 
 class ScoreFunctionKL_ELBO(Trace_ELBO):
@@ -54,12 +64,7 @@ class ScoreFunctionKL_ELBO(Trace_ELBO):
     def _terms(self, model_trace, guide_trace):
         model_trace.compute_log_prob()
         guide_trace.compute_score_parts()
-        dim = _batch_dim(model_trace)
-        B = 1
-        for site in model_trace.nodes.values():
-            for frame in site.get("cond_indep_stack", ()):
-                if frame.name == "batch":
-                    B = frame.size
+        dims = _frames(model_trace)
         elbo, reward, kl_total = 0.0, 0.0, 0.0
         latent = [n for n, s in guide_trace.nodes.items()
                   if s["type"] == "sample" and not s["is_observed"] and not site_is_subsample(s)]
@@ -73,7 +78,7 @@ class ScoreFunctionKL_ELBO(Trace_ELBO):
                 kl_total = kl_total + kl.sum()
             elif site["is_observed"]:
                 elbo = elbo + site["log_prob_sum"]
-                reward = reward + _per_pair(site["log_prob"], dim, B)
+                reward = reward + _per_pair(site["log_prob"], *dims)
             else:
                 raise UserError(f"site {name!r} is latent in the model but not in the guide")
         surrogate = elbo - kl_total
@@ -83,7 +88,7 @@ class ScoreFunctionKL_ELBO(Trace_ELBO):
                 raise UserError(f"guide site {name!r} is not in the model")
             if g["fn"].has_rsample:
                 continue
-            score = _per_pair(g["score_parts"].score_function, dim, B)
+            score = _per_pair(g["score_parts"].score_function, *dims)
             b = g["infer"].get("baseline", {}).get("baseline_value")
             b = 0.0 if b is None else torch.as_tensor(b)
             if torch.is_tensor(b) and b.dim() >= 2:  # per token: the pair's sum
