@@ -139,6 +139,33 @@ def _problem():
             np.array([3, 2]))
 
 
+def _user_program(backend):
+    """(model, guide) as a user writes them from docs/architecture.md: a ``SemiMarkovCRF``
+    site, the evidence as a factor over its segments, a guide with its own potentials λ."""
+    theta, phi, lam0, lengths = _problem()
+    if backend == "pyro":
+        from ppl_attention.pyro.crfs import SemiMarkovCRF
+
+        ppl, arr_ = pyro, torch.tensor
+    else:
+        from ppl_attention.numpyro.crfs import SemiMarkovCRF
+
+        ppl, arr_ = numpyro, jnp.asarray
+    th, ph, L = arr_(theta), arr_(phi), arr_(lengths)
+
+    def model():
+        with ppl.plate("batch", 2):
+            z = ppl.sample("z", SemiMarkovCRF(th, L))
+            ppl.factor("y", (z * ph).sum((-1, -2, -3, -4)))
+
+    def guide():
+        lam = ppl.param("lam", arr_(lam0))
+        with ppl.plate("batch", 2):
+            ppl.sample("z", SemiMarkovCRF(lam, L))
+
+    return model, guide
+
+
 def _agrees(draws, exact):
     """Mean of per-draw gradients within 5 standard errors of the exact one, on every entry
     the exact gradient does not vanish on (parts past a row's length: exactly 0 both ways)."""
@@ -151,21 +178,10 @@ def _agrees(draws, exact):
                                      pytest.param(4000, id="full",
                                                   marks=pytest.mark.statistical)])
 def test_score_function_kl_elbo_gradient_is_unbiased_in_a_pyro_model(n_draws):
-    from ppl_attention.pyro.crfs import SemiMarkovCRF
     from ppl_attention.pyro.inference.elbo import ScoreFunctionKL_ELBO
 
     theta, phi, lam0, lengths = _problem()
-    th, ph, L = torch.tensor(theta), torch.tensor(phi), torch.tensor(lengths)
-
-    def model():
-        with pyro.plate("batch", 2):
-            z = pyro.sample("z", SemiMarkovCRF(th, L))
-            pyro.factor("y", (z * ph).sum((-1, -2, -3, -4)))
-
-    def guide():
-        lam = pyro.param("lam", torch.tensor(lam0))
-        with pyro.plate("batch", 2):
-            pyro.sample("z", SemiMarkovCRF(lam, L))
+    model, guide = _user_program("pyro")
 
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
@@ -185,21 +201,10 @@ def test_vectorized_particles_are_each_scored_by_their_own_reward():
     score is multiplied by its own reward, so the estimate's spread falls as 1/√P; when the
     particles' rewards and scores were summed separately before their product, it did not fall
     at all (the cross terms' mean is 0, their variance is not)."""
-    from ppl_attention.pyro.crfs import SemiMarkovCRF
     from ppl_attention.pyro.inference.elbo import ScoreFunctionKL_ELBO
 
     theta, phi, lam0, lengths = _problem()
-    th, ph, L = torch.tensor(theta), torch.tensor(phi), torch.tensor(lengths)
-
-    def model():
-        with pyro.plate("batch", 2):
-            z = pyro.sample("z", SemiMarkovCRF(th, L))
-            pyro.factor("y", (z * ph).sum((-1, -2, -3, -4)))
-
-    def guide():
-        lam = pyro.param("lam", torch.tensor(lam0))
-        with pyro.plate("batch", 2):
-            pyro.sample("z", SemiMarkovCRF(lam, L))
+    model, guide = _user_program("pyro")
 
     def estimates(elbo, k):
         pyro.clear_param_store()
@@ -226,20 +231,8 @@ def test_vectorized_particles_are_each_scored_by_their_own_reward():
 def test_numpyros_tracegraph_elbo_gradient_is_unbiased_with_a_structured_site():
     from numpyro.infer import TraceGraph_ELBO
 
-    from ppl_attention.numpyro.crfs import SemiMarkovCRF
-
     theta, phi, lam0, lengths = _problem()
-    th, ph, L = jnp.asarray(theta), jnp.asarray(phi), jnp.asarray(lengths)
-
-    def model():
-        with numpyro.plate("batch", 2):
-            z = numpyro.sample("z", SemiMarkovCRF(th, L))
-            numpyro.factor("y", (z * ph).sum((-1, -2, -3, -4)))
-
-    def guide():
-        lam = numpyro.param("lam", jnp.asarray(lam0))
-        with numpyro.plate("batch", 2):
-            numpyro.sample("z", SemiMarkovCRF(lam, L))
+    model, guide = _user_program("numpyro")
 
     def neg_elbo(params, key):
         return TraceGraph_ELBO().loss(key, params, model, guide)
@@ -257,21 +250,10 @@ def test_numpyros_score_function_kl_elbo_gradient_is_unbiased_in_a_user_model():
     from numpyro.infer import SVI
     from numpyro.optim import Adam
 
-    from ppl_attention.numpyro.crfs import SemiMarkovCRF
     from ppl_attention.numpyro.inference import ScoreFunctionKL_ELBO
 
     theta, phi, lam0, lengths = _problem()
-    th, ph, L = jnp.asarray(theta), jnp.asarray(phi), jnp.asarray(lengths)
-
-    def model():
-        with numpyro.plate("batch", 2):
-            z = numpyro.sample("z", SemiMarkovCRF(th, L))
-            numpyro.factor("y", (z * ph).sum((-1, -2, -3, -4)))
-
-    def guide():
-        lam = numpyro.param("lam", jnp.asarray(lam0))
-        with numpyro.plate("batch", 2):
-            numpyro.sample("z", SemiMarkovCRF(lam, L))
+    model, guide = _user_program("numpyro")
 
     elbo = ScoreFunctionKL_ELBO()
     value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(
