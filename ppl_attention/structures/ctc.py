@@ -38,18 +38,22 @@ def ctc_value(ops, semiring, theta, aux, key=None):
     if T > 1:
         frames = ops.moveaxis(theta[..., 1:], -1, 0)  # [T − 1, ..., S]
         positions = ops.arange(T - 1, theta) + 1
+        # α carried with two log-0 states in front, so that staying, moving one state and
+        # skipping a blank are three views of it (s, s − 1, s − 2); a skip where the labels
+        # either side are equal (or s is a blank) adds log 0
+        low = ops.full_last(alpha, 2, LOG_ZERO)
+        no_skip = ops.where(skip, 0.0, ops.full_like(theta[..., 0], LOG_ZERO))  # [..., S]
 
-        def step(alpha, x):
+        def step(padded, x):
             th, t = x
-            low = ops.full_like(alpha[..., :1], LOG_ZERO)
-            stay = alpha
-            move = ops.concat([low, alpha[..., :-1]], -1)
-            jump = ops.where(skip, ops.concat([low, low, alpha[..., :-2]], -1), LOG_ZERO)
+            stay, move = padded[..., 2:], padded[..., 1:-1]
+            jump = padded[..., :-2] + no_skip
             new = ops.plus(semiring, ops.stack([stay, move, jump], -1), -1,
                            ops.fold_in(key, t)) + th
-            return ops.where((t < input_lengths)[..., None], new, alpha)
+            return ops.where((t < input_lengths)[..., None], ops.concat([low, new], -1),
+                             padded)
 
-        alpha = ops.scan(step, alpha, (frames, positions))
+        alpha = ops.scan(step, ops.concat([low, alpha], -1), (frames, positions))[..., 2:]
     return ops.plus(semiring, ops.where(final, alpha, LOG_ZERO), -1, ops.fold_in(key, T))
 
 
