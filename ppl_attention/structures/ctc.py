@@ -48,8 +48,7 @@ def ctc_value(ops, semiring, theta, aux, key=None):
             th, t = x
             stay, move = padded[..., 2:], padded[..., 1:-1]
             jump = padded[..., :-2] + no_skip
-            new = ops.plus(semiring, ops.stack([stay, move, jump], -1), -1,
-                           ops.fold_in(key, t)) + th
+            new = ops.plus_of(semiring, (stay, move, jump), ops.fold_in(key, t)) + th
             return ops.where((t < input_lengths)[..., None], ops.concat([low, new], -1),
                              padded)
 

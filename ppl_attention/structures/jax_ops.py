@@ -51,6 +51,12 @@ def plus(semiring: str, x, dim: int, key=None):
     return _top_k_first(x.reshape((-1,) + x.shape[2:]), k)
 
 
+def plus_of(semiring: str, xs, key=None):
+    """⊕ of a few arrays of one shape, elementwise: stacked and reduced (XLA fuses the two; a
+    chain of ``logaddexp``, PyTorch's form, measured no faster here)."""
+    return plus(semiring, jnp.stack(list(xs), -1), -1, key)
+
+
 def _top_k_first(x, k: int):
     """The k largest along the first axis, sorted (``lax.top_k`` takes the last)."""
     return jnp.moveaxis(jax.lax.top_k(jnp.moveaxis(x, 0, -1), k)[0], -1, 0)

@@ -49,6 +49,16 @@ def plus(semiring: str, x, dim: int, key=None):
     return x.reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values
 
 
+def plus_of(semiring: str, xs, key=None):
+    """⊕ of a few arrays of one shape, elementwise (log: a chain of ``logaddexp``, no stack)."""
+    if semiring == LOG:
+        out = xs[0]
+        for x in xs[1:]:
+            out = torch.logaddexp(out, x)
+        return out
+    return plus(semiring, torch.stack(list(xs), -1), -1, key)
+
+
 def times(semiring: str, a, b):
     """⊗ of two semiring values: a + b; k-best: the k best of the k × k pairwise sums."""
     k = k_of(semiring)
