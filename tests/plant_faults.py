@@ -1,6 +1,6 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
-(u1–u10), of generated docs (v1), of the structure library (s1–s6), of the word aligners' HMM on
+(u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
 the chain recursion (w1, w2), of structures as latent sites (l1–l5), run the tests that should
 catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
@@ -201,6 +201,10 @@ FAULTS = [
   "    return x.reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values",
   "    return x[:, :1].reshape((-1,) + tuple(x.shape[2:])).topk(k, 0).values",
   "tests/structures/test_linear_chain.py::test_every_operation_equals_brute_force"),
+ ("s7", "ppl_attention/structures/torch_ops.py",
+  "        for x in xs[1:]:\n            out = torch.logaddexp(out, x)",
+  "        for x in xs[1:2]:\n            out = torch.logaddexp(out, x)",
+  "tests/structures/test_ctc.py"),
  # the word aligners' HMM on the chain recursion (tests/numpyro/test_aligners.py)
  ("w1", "ppl_attention/numpyro/aligners.py",
   "        return (E_j[:, 0] * phi_null)[:, None] * beta + jnp.pad(a_real, ((0, 0), (1, 0)))",
