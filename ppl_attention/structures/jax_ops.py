@@ -286,18 +286,11 @@ def from_numpy_bool(array, like):
     return jnp.asarray(array, dtype=bool)
 
 
-def diagonal(x, offset: int):
-    """``x [..., n, n, l]``'s entries (i, i + offset) → ``[..., l, n − offset]``."""
-    return jnp.diagonal(x, offset, -3, -2)
-
 
 def full_last(like, k: int, value):
     """An array of ``like``'s shape but ``k`` in the last dimension, filled with ``value``."""
     return jnp.full((*like.shape[:-1], k), value, dtype=like.dtype)
 
-
-def flip(x, dim: int):
-    return jnp.flip(x, dim)
 
 
 def diag(x, offset: int):

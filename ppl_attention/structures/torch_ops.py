@@ -247,9 +247,6 @@ def expand(x, shape):
     return x.expand(*shape).contiguous()
 
 
-def to_int(x):
-    return torch.as_tensor(x).long()
-
 
 def lengths_of(lengths, batch_shape, n: int, like):
     """``lengths`` as an integer tensor of ``batch_shape`` on ``like``'s device (None: n);
@@ -317,18 +314,11 @@ def from_numpy_bool(array, like):
     return torch.as_tensor(np.array(array), dtype=torch.bool, device=like.device)
 
 
-def diagonal(x, offset: int):
-    """``x [..., n, n, l]``'s entries (i, i + offset) → ``[..., l, n − offset]``."""
-    return torch.diagonal(x, offset, -3, -2)
-
 
 def full_last(like, k: int, value):
     """An array of ``like``'s shape but ``k`` in the last dimension, filled with ``value``."""
     return torch.full((*like.shape[:-1], k), value, dtype=like.dtype, device=like.device)
 
-
-def flip(x, dim: int):
-    return torch.flip(x, (dim,))
 
 
 def diag(x, offset: int):
