@@ -10,8 +10,8 @@ for ``numpyro.infer.SVI`` on a user's own model:
 
 r_b the log-likelihood of pair b (the sites under a plate named ``"batch"``; the whole model
 when it has none), b_b a baseline (``infer={"baseline": {"baseline_value": b}}`` on the guide
-site). The surrogate's value is the ELBO and its gradient an unbiased estimate of the ELBO's.
-NumPyro's ``TraceGraph_ELBO`` scores the same draws but estimates each KL by sampling.
+site, per pair ``[B]`` or per token ``[B, T]``, summed per pair). The surrogate's value is
+the ELBO and its gradient an unbiased estimate of the ELBO's. NumPyro's ``TraceGraph_ELBO`` scores the same draws but estimates each KL by sampling.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def score_function_kl_terms(model_trace, guide_trace):
             continue
         log_q = _per_pair(site_log_prob(g, scaled=False), dim, B)
         b = (g.get("infer") or {}).get("baseline", {}).get("baseline_value")
-        b = 0.0 if b is None else _per_pair(b, dim, B) if jnp.ndim(b) else b
+        b = 0.0 if b is None else jnp.asarray(b)
+        if jnp.ndim(b) >= 2:  # per token: the pair's sum (as the Pyro side)
+            b = b.reshape(b.shape[0], -1).sum(-1)
         term = (jax.lax.stop_gradient(reward - b) * log_q).sum()
         surrogate = surrogate + term - jax.lax.stop_gradient(term)
     return value, surrogate
