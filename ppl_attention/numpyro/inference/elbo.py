@@ -11,7 +11,8 @@ for ``numpyro.infer.SVI`` on a user's own model:
 r_b the log-likelihood of pair b (the sites under a plate named ``"batch"``; the whole model
 when it has none), b_b a baseline (``infer={"baseline": {"baseline_value": b}}`` on the guide
 site, per pair ``[B]`` or per token ``[B, T]``, summed per pair). The surrogate's value is
-the ELBO and its gradient an unbiased estimate of the ELBO's. NumPyro's ``TraceGraph_ELBO`` scores the same draws but estimates each KL by sampling.
+the ELBO and its gradient an unbiased estimate of the ELBO's. NumPyro's ``TraceGraph_ELBO``
+scores the same draws but estimates each KL by sampling.
 """
 
 from __future__ import annotations
