@@ -1,5 +1,5 @@
-"""Pure metrics on plain data (no torch, no Pyro): AER, WER/PER, and the uncertainty metrics of
-stochastic-attention classifiers.
+"""Pure metrics on plain data (no torch, no Pyro): AER, segmentation F1, WER/PER, and the
+uncertainty metrics of stochastic-attention classifiers.
 
 Uncertainty (Fan et al. 2020, §5):
 
@@ -56,6 +56,42 @@ def alignment_scores(predicted: list[Links], sure: list[Links],
     n_a, n_s = sum(map(len, predicted)), sum(map(len, sure))
     return {"aer": aer(predicted, sure, possible), "precision": a_p / n_a if n_a else 0.0,
             "recall": a_s / n_s if n_s else 0.0}
+
+
+def link_segments(links: Links) -> set[tuple[int, int, int]]:
+    """The segments of an alignment, ``{(target j, first source i, last source i)}``: each
+    target token's linked source positions cut into maximal runs of consecutive positions."""
+    by_target: dict[int, list[int]] = {}
+    for i, j in links:
+        by_target.setdefault(j, []).append(i)
+    out = set()
+    for j, sources in by_target.items():
+        sources = sorted(set(sources))
+        start = prev = sources[0]
+        for i in sources[1:] + [None]:
+            if i is None or i != prev + 1:
+                out.add((j, start, prev))
+                start = i
+            prev = i
+    return out
+
+
+def segment_scores(predicted: list[Links], gold: list[Links]) -> dict:
+    """Segmentation precision, recall and F1 (micro, over every pair): a predicted segment (a
+    maximal run of source positions one target token links to, :func:`link_segments`) counts
+    when it is exactly a gold one — the same target, the same first and last position."""
+    if len(predicted) != len(gold):
+        raise UserError(f"{len(predicted)} predicted alignments but {len(gold)} gold ones")
+    hit = n_pred = n_gold = 0
+    for a, g in zip(predicted, gold):
+        pa, pg = link_segments(a), link_segments(g)
+        hit += len(pa & pg)
+        n_pred += len(pa)
+        n_gold += len(pg)
+    p = hit / n_pred if n_pred else 0.0
+    r = hit / n_gold if n_gold else 0.0
+    return {"segment_precision": p, "segment_recall": r,
+            "segment_f1": 2 * p * r / (p + r) if p + r else 0.0}
 
 
 def edit_distance(a: list, b: list) -> int:

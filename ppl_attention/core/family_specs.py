@@ -16,7 +16,10 @@ Traits:
 - ``tree``: the site is a dependency tree over the source positions (heads ``[..., S]``, a
   :class:`~ppl_attention.pyro.trees.DependencyTree`), one per sentence, and the attention reads each
   source word with its parent and children in the tree; its scores are arc scores
-  ``[..., S, S]`` and the query's word scores come as ``attention=``.
+  ``[..., S, S]`` and the query's word scores come as ``attention=``;
+- ``segments``: the site selects source segments per query (a semi-Markov CRF over the source,
+  event ``[..., T, S, max_len, 2, 2]``); its weights are their coverage, several positions per
+  query, and its MAP alignment links a query to every position of its MAP selection.
 
 Tools and models read these attributes (``family.enumerable`` …); nothing checks a family's
 name.
@@ -59,6 +62,7 @@ class FamilySpec:
     markov: bool = False
     latent_context: bool = False
     tree: bool = False
+    segments: bool = False
     params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
     #: what is known to make training with this family diverge, and what to try (the
     #: divergence message of a run quotes it)
@@ -82,11 +86,14 @@ class FamilySpec:
     @property
     def traits(self) -> dict[str, bool]:
         return {k: getattr(self, k) for k in ("enumerable", "deterministic", "reparameterized",
-                                              "normalizes", "markov", "latent_context", "tree")}
+                                              "normalizes", "markov", "latent_context", "tree",
+                                              "segments")}
 
 
 _BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
         "d_mid": (10, _int("d_mid", 1))}
+
+_SEGMENTS = {"max_len": (3, _int("max_len", 1))}
 
 _TREE = {"projective": (True, _bool("projective")), "single_root": (True, _bool("single_root"))}
 
@@ -135,6 +142,15 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
                params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
     FamilySpec("segment-crf", deterministic=True,
                value="none: a binary CRF's marginals as weights [B, T, S]"),
+    FamilySpec("segments", segments=True, params=_SEGMENTS,
+               value="a selection of source segments (phrases of at most max_len positions) per "
+               "query, the event of a semi-Markov CRF [B, T, S, max_len, 2, 2]; the weights its "
+               "coverage [B, T, S] (1 on every selected position), the context coverage @ values",
+               instability="a sampled selection's score-function gradient has high variance: "
+               "lower --lr or --clip, or use its exact marginals (segments-marginals)"),
+    FamilySpec("segment-marginals", deterministic=True, segments=True, params=_SEGMENTS,
+               value="none: the exact coverage marginals p(position k selected) [B, T, S] of the "
+               "semi-Markov selection as weights"),
     FamilySpec("tree", tree=True, params=_TREE,
                value="a dependency tree, heads [B, 1, S] (one per sentence, outside the target "
                "plate) or [B, T, S] (one per query); the context reads each word with its "

@@ -136,6 +136,13 @@ METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
     MethodSpec("segment-crf", "segmentation attention: binary linear-chain CRF marginals, maximum "
                "likelihood [Structured attention, Kim et al. 2017]",
                "segment-crf", "none", "Trace_ELBO"),
+    MethodSpec("segments-marginals", "attention over segments: each query reads the source "
+               "phrases a semi-Markov CRF selects, weighted by their exact coverage marginals, "
+               "maximum likelihood", "segment-marginals", "none", "Trace_ELBO"),
+    MethodSpec("segments-sample", "a latent selection of source segments per query: ELBO by the "
+               "score function with the exact semi-Markov KL, q(selection | x, y), "
+               "segments-marginals baseline",
+               "segments", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
     MethodSpec("tree-marginals", "syntactic attention: each word read with its parent and "
                "children weighted by exact dependency-tree arc marginals (inside-outside), maximum "
                "likelihood [Structured attention, Kim et al. 2017]",

@@ -19,6 +19,7 @@ class Split:
     trees: list[list[int]] | None = None  # gold dependency tree of each source (heads), if any
     decode_metrics: bool = False  # score greedy decoding (prefix and sequence accuracy)
     possible: list[Links] | None = None  # possible gold links (⊇ gold, the sure ones), if any
+    segments: bool = False  # each target token's gold links are one source segment (phrases)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Built-in tasks made from a seed, with gold alignments and (for ``reorder``) the exact
 log-likelihood of each pair under the generator, reported by ``evaluate`` as the floor.
 
-``copy``: y = x. ``reverse``: y = reversed x. ``reorder``: x is cut into chunks of ``chunk``
+``copy``: y = x. ``reverse``: y = reversed x. ``phrases`` (:func:`phrases_task`): one target
+token per source phrase, gold links one segment per target token. ``reorder``: x is cut into chunks of ``chunk``
 tokens, each chunk reversed with probability 1/2; every token is translated through a fixed
 random dictionary f, and replaced by a uniform random target token with probability ε. Hence
 
@@ -142,6 +143,55 @@ def durations_task(n_train: int = 4000, n_eval: int = 200, seed: int = 0, vocab:
                  "noise": noise, "seed": seed})
 
 
+def phrases_task(n_train: int = 4000, n_eval: int = 200, seed: int = 0, heads: int = 8,
+                 modifiers: int = 4, max_len: int = 3, min_phrases: int = 2,
+                 max_phrases: int = 6, noise: float = 0.1) -> Task:
+    """``phrases``: a task whose alignments are source segments. A source is a sequence of
+    2–6 phrases; a phrase is a head word ``h0`` … followed by 0 … ``max_len`` − 1 modifier words
+    ``m0`` … (its length uniform). The target has one token per phrase, in order: a fixed
+    random dictionary f of the phrase's head and the multiset of its modifiers (so reading the
+    phrase whole, in any order, determines it), replaced by a uniform target token with
+    probability ε. Gold: each target token links to every position of its phrase, one segment
+    per target token (``Split.segments``: ``evaluate`` reports segmentation F1). The exact
+    floor is the generator's
+
+        p(y | x) = Π_j (1 − ε)·[y_j = f(phrase_j)] + ε / V.
+    """
+    import itertools
+
+    phrases = [(h, mods) for h in range(heads) for k in range(max_len)
+               for mods in itertools.combinations_with_replacement(range(modifiers), k)]
+    targets = list(range(len(phrases)))
+    random.Random(f"phrases/{seed}/dictionary").shuffle(targets)
+    meaning = {p: f"t{targets[i]}" for i, p in enumerate(phrases)}
+    V = len(phrases)
+
+    def split(n: int, part: str) -> Split:
+        rng = _split_rng("phrases", seed, part)
+        pairs, gold, ll = [], [], []
+        for _ in range(n):
+            x, y, links, logp = [], [], set(), 0.0
+            for j in range(rng.randint(min_phrases, max_phrases)):
+                h = rng.randrange(heads)
+                mods = [rng.randrange(modifiers) for _ in range(rng.randrange(max_len))]
+                start = len(x)
+                x += [f"h{h}"] + [f"m{k}" for k in mods]
+                links |= {(i, j) for i in range(start, len(x))}
+                right = meaning[(h, tuple(sorted(mods)))]
+                tok = right if rng.random() >= noise else f"t{rng.randrange(V)}"
+                y.append(tok)
+                logp += math.log((1 - noise) * (tok == right) + noise / V)
+            pairs.append((x, y))
+            gold.append(links)
+            ll.append(logp)
+        return Split(pairs, gold, ll, segments=True)
+
+    return Task("phrases", split(n_train, "train"), split(n_eval, "valid"), split(n_eval, "test"),
+                {"heads": heads, "modifiers": modifiers, "max_len": max_len,
+                 "min_phrases": min_phrases, "max_phrases": max_phrases, "noise": noise,
+                 "seed": seed})
+
+
 TASKS = {
     "copy": lambda n_train=2000, n_eval=200, seed=0: _copy_like("copy", False, n_train, n_eval,
                                                                 seed),
@@ -149,6 +199,7 @@ TASKS = {
                                                                    n_eval, seed),
     "reorder": reorder_task,
     "durations": durations_task,
+    "phrases": phrases_task,
     "g2p": lambda n_train=None, n_eval=None, seed=0, stress=False: _g2p(stress, n_train, seed),
     "trees": lambda n_train=10_000, n_eval=500, seed=0, depth=4: trees_task(n_train, n_eval,
                                                                              seed, depth),

@@ -16,6 +16,8 @@ from .families import (
     GaussianContext,
     LogNormal,
     RelaxedCategorical,
+    SegmentMarginals,
+    Segments,
     Soft,
     Tree,
     TreeMarginals,
@@ -37,6 +39,7 @@ def __getattr__(name):
 
 __all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl", "scores",
            "Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
-           "LogNormal", "GaussianContext", "Tree", "TreeMarginals", "DependencyTree",
+           "LogNormal", "GaussianContext", "Segments", "SegmentMarginals", "Tree", "TreeMarginals",
+           "DependencyTree",
            "LinearChainCRF", "SemiMarkovCRF", "CTC", "TreeCRF",
            "make_family"]

@@ -26,15 +26,17 @@ from ..structures.linear_chain import (
     segment_log_partition,
     segment_marginals,
 )
+from ..structures.segment_selection import coverage, selection_potentials
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
-from .crfs import LinearChainCRF
+from .crfs import LinearChainCRF, SemiMarkovCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
 from .structured import FLOOR, MonotonicAlignment
 from .trees import DependencyTree, heads_to_arcs
 
 __all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
-           "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "Tree",
+           "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "Segments",
+           "SegmentMarginals", "Tree",
            "TreeMarginals", "FAMILIES",
            "make_family", "masked_softmax"]
 
@@ -70,6 +72,7 @@ class Family:
     markov: bool = False
     latent_context: bool = False
     tree: bool = False
+    segments: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -424,14 +427,74 @@ class SegmentCRF(Family):
         return None
 
 
+class _SegmentAttention(Family):
+    """Attention over segments, as :class:`ppl_attention.pyro.families._SegmentAttention`: a
+    :class:`~ppl_attention.numpyro.crfs.SemiMarkovCRF` per query over the source's selected
+    segments (:mod:`ppl_attention.structures.segment_selection`); weights the coverage."""
+
+    def __init__(self, max_len: int = 3):
+        self.max_len = self._configure(max_len=max_len)["max_len"]
+
+    def selection(self, scores, mask) -> SemiMarkovCRF:
+        """p(z | e) for word ``scores [..., T, S]`` and the source ``mask``."""
+        mask = jnp.broadcast_to(mask, scores.shape)
+        return SemiMarkovCRF(selection_potentials(jax_ops, scores, self.max_len),
+                             source_lengths(mask))
+
+    def deterministic_weights(self, scores, mask, params: Params | None = None):
+        """The exact coverage marginals (the sampled family's soft baseline and input
+        feeding; the marginal family's weights)."""
+        if mask is None:
+            mask = jnp.ones(scores.shape, bool)
+        return self.marginal_weights(scores, mask)
+
+    def marginal_weights(self, scores, mask):
+        """The exact coverage marginals p(c_k = 1 | e) ``[..., T, S]`` (0 where masked)."""
+        return coverage(jax_ops, self.selection(scores, mask).marginals)
+
+    def map_weights(self, scores, mask):
+        """The coverage ``[..., T, S]`` of the MAP selection (the max-semiring's argmax)."""
+        return coverage(jax_ops, self.selection(scores, mask).argmax())
+
+    def weights(self, value, scores, mask):
+        return coverage(jax_ops, jnp.asarray(value, scores.dtype))
+
+    def context(self, value, values):
+        return coverage(jax_ops, jnp.asarray(value, values.dtype)) @ values
+
+
+class Segments(_SegmentAttention):
+    """A sampled selection of source segments per query (``segments-sample``)."""
+
+    spec = FAMILY_SPECS["segments"]
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return self.selection(scores, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return self.selection(scores, mask)
+
+
+class SegmentMarginals(_SegmentAttention):
+    """The exact coverage marginals as weights (``segments-marginals``)."""
+
+    spec = FAMILY_SPECS["segment-marginals"]
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
 def source_lengths(mask):
     """Real source positions of a padding ``mask [..., S]`` (a prefix; checked when concrete)."""
     lengths = mask.sum(-1)
     if not isinstance(mask, jax.core.Tracer):  # checked in NumPy: under jit jnp ops are traced
         m = np.asarray(mask).astype(bool)
         if not np.array_equal(np.arange(m.shape[-1]) < m.sum(-1, keepdims=True), m):
-            raise UserError("a tree family needs the source mask to be a prefix of each row "
-                            "(padding at the end)")
+            raise UserError("a structured family (tree, segments) needs the source mask to be a "
+                            "prefix of each row (padding at the end)")
     return lengths
 
 
@@ -491,7 +554,7 @@ class TreeMarginals(_TreeAttention):
 
 FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull,
                                       LogNormal, GaussianContext, MarkovCategorical, SegmentCRF,
-                                      Tree, TreeMarginals)}
+                                      Segments, SegmentMarginals, Tree, TreeMarginals)}
 
 
 def make_family(family=None, *, key_dim: int | None = None, **options) -> Family:

@@ -19,6 +19,8 @@ family                 site value                  weights returned by ``attend`
 ``Weibull``            unnormalized S ≥ 0          S / Σ S (Fan et al. 2020, eq. 5)
 ``LogNormal``          unnormalized S ≥ 0          S / Σ S
 ``GaussianContext``    context c ``[..., T, dv]``   softmax(scores) of the mean
+``Segments``           selected source segments    their coverage ``[..., T, S]`` (0/1)
+                       ``[..., T, S, m, 2, 2]``
 =====================  ==========================  ==========================================
 
 A masked source position has weight exactly 0 in every family.
@@ -49,8 +51,9 @@ from ..structures.linear_chain import (
     segment_log_partition,
     segment_marginals,
 )
+from ..structures.segment_selection import coverage, selection_potentials
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
-from .crfs import LinearChainCRF
+from .crfs import LinearChainCRF, SemiMarkovCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .structured import FLOOR, MonotonicAlignment
 from .trees import DependencyTree, heads_to_arcs
@@ -66,6 +69,8 @@ __all__ = [
     "GaussianContext",
     "MarkovCategorical",
     "SegmentCRF",
+    "Segments",
+    "SegmentMarginals",
     "Tree",
     "TreeMarginals",
     "FAMILIES",
@@ -116,6 +121,7 @@ class Family(nn.Module):
     normalizes: bool = False  # the value is unnormalized S ≥ 0; attention = S / Σ_unmasked S
     markov: bool = False  # z_t depends on z_{t-1}: sequential sites, not one attend call
     tree: bool = False  # the site is a dependency tree over the source (arc scores, attention=)
+    segments: bool = False  # the site selects source segments per query (their coverage)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -529,6 +535,82 @@ class SegmentCRF(Family):
         return None
 
 
+class _SegmentAttention(Family):
+    """Attention over segments (:mod:`ppl_attention.structures.segment_selection`): each query
+    t selects source segments of at most ``max_len`` positions, never two adjacent, with
+
+        p(z_t | e_t) ∝ exp⟨c(z_t), e_t⟩,
+
+    c(z_t) ∈ {0, 1}^S the coverage of the selected segments and e_t the query's word scores —
+    a :class:`~ppl_attention.pyro.crfs.SemiMarkovCRF` per query (labels 0 unselected, 1
+    selected), batch ``[..., T]``, event ``[S, max_len, 2, 2]``. The weights are the coverage,
+    the context Σ_k c_k v_k (not normalized: a phrase is read whole; an empty selection reads
+    nothing). Masked positions (padding at the end of each row) are outside every selection:
+    weight exactly 0. Shared by :class:`Segments` (sampled) and :class:`SegmentMarginals`
+    (the exact marginals)."""
+
+    def __init__(self, max_len: int = 3):
+        super().__init__()
+        self.max_len = self._configure(max_len=max_len)["max_len"]
+
+    def selection(self, scores, mask) -> SemiMarkovCRF:
+        """p(z | e) for word ``scores [..., T, S]`` and the source ``mask`` (broadcast to the
+        scores; a prefix of each row)."""
+        mask = torch.broadcast_to(mask, scores.shape)
+        return SemiMarkovCRF(selection_potentials(torch_ops, scores, self.max_len),
+                             source_lengths(mask))
+
+    def deterministic_weights(self, scores, mask):
+        """The exact coverage marginals (the sampled family's soft baseline and input
+        feeding; the marginal family's weights)."""
+        if mask is None:
+            mask = torch.ones_like(scores, dtype=torch.bool)
+        return self.marginal_weights(scores, mask)
+
+    def marginal_weights(self, scores, mask):
+        """The exact coverage marginals p(c_k = 1 | e) ``[..., T, S]`` (0 where masked)."""
+        return coverage(torch_ops, self.selection(scores, mask).marginals)
+
+    def map_weights(self, scores, mask):
+        """The coverage ``[..., T, S]`` of the MAP selection (the max-semiring's argmax)."""
+        return coverage(torch_ops, self.selection(scores, mask).argmax())
+
+    def weights(self, value, scores, mask):
+        """The coverage ``[..., T, S]`` of a selection ``value [..., T, S, m, 2, 2]``."""
+        return coverage(torch_ops, value.to(scores.dtype))
+
+    def context(self, value, values):
+        return coverage(torch_ops, value.to(values.dtype)) @ values
+
+
+class Segments(_SegmentAttention):
+    """A latent selection of source segments per query (:class:`_SegmentAttention`), sampled:
+    prior p(z | e) from the model's scores, posterior q(z | x, y) from the guide's; trained by
+    the score-function ELBO with the exact semi-Markov KL (method ``segments-sample``)."""
+
+    spec = FAMILY_SPECS["segments"]
+
+    def prior(self, scores, mask, keys, values):
+        return self.selection(scores, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return self.selection(scores, mask)
+
+
+class SegmentMarginals(_SegmentAttention):
+    """Structured attention over segments: no site is sampled; the weights are the exact
+    coverage marginals p(c_k = 1 | e) = coverage(∂ log Z / ∂θ), differentiable end to end
+    (method ``segments-marginals``); the context is the sampled family's expected context."""
+
+    spec = FAMILY_SPECS["segment-marginals"]
+
+    def prior(self, scores, mask, keys, values):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
 def source_lengths(mask: torch.Tensor) -> torch.Tensor:
     """The number of real source positions of a padding ``mask [..., S]`` (a prefix of each row;
     checked while Pyro's validation is on), ``[...]``."""
@@ -536,8 +618,8 @@ def source_lengths(mask: torch.Tensor) -> torch.Tensor:
     if mask.device.type != "meta" and pyro.infer.util.is_validation_enabled():
         prefix = torch.arange(mask.shape[-1], device=mask.device) < lengths.unsqueeze(-1)
         if not torch.equal(prefix, mask.bool()):
-            raise UserError("a tree family needs the source mask to be a prefix of each row "
-                            "(padding at the end)")
+            raise UserError("a structured family (tree, segments) needs the source mask to be a "
+                            "prefix of each row (padding at the end)")
     return lengths
 
 
@@ -621,7 +703,8 @@ class TreeMarginals(_TreeAttention):
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls
     for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull, LogNormal,
-                GaussianContext, MarkovCategorical, SegmentCRF, Tree, TreeMarginals)
+                GaussianContext, MarkovCategorical, SegmentCRF, Segments, SegmentMarginals, Tree,
+                TreeMarginals)
 }
 
 

@@ -149,15 +149,22 @@ def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
         def one(p, b, k, v):
             node, call = _guide_site(model, p, b, m.posterior, k, distort)
             kept = node["value"] if fam.latent_context else call.weights
-            return kept, _per_pair(node, node["value"], b.tgt_mask), _per_pair(node, v, b.tgt_mask)
+            parts = call.family.marginal_weights(call.scores, call.mask) if fam.segments \
+                else jnp.zeros(())
+            return (kept, _per_pair(node, node["value"], b.tgt_mask),
+                    _per_pair(node, v, b.tgt_mask), parts)
 
         return lambda p, b, keys, v: jax.vmap(lambda k: one(p, b, k, v))(keys)
 
     fn = jitted(model, f"calibration-draws-{m.posterior}-{distort is None}", build) \
         if distort is None else jax.jit(build())
-    kept, logq, logq_truth = fn(params, sim, jax.random.split(jax.random.fold_in(key, 1), draws),
-                                value)
+    kept, logq, logq_truth, parts = fn(params, sim,
+                                       jax.random.split(jax.random.fold_in(key, 1), draws), value)
     kept = np.asarray(kept)[:, :B, :T]
+    if fam.segments:  # each part (token t, position k): q's exact p(k selected), as Pyro's
+        out["q_part_probs"] = np.asarray(parts)[0, :B, :T, :S]
+        out["part_mask"] = (np.asarray(sim.tgt_mask)[:B, :T, None]
+                            & np.asarray(sim.src_mask)[:B, None, :S])
     out["q_values"] = kept if fam.latent_context else kept[..., :S]
     out["logq_draws"] = np.asarray(logq)[:, :B]
     out["logq_truth"] = np.asarray(logq_truth)[0, :B]
