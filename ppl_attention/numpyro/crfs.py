@@ -18,10 +18,21 @@ from ..structures.tree_crf import TreeCRFStructure
 __all__ = ["LinearChainCRF", "SemiMarkovCRF", "TreeCRF", "CTC"]
 
 
+class _StructureEvents(type(constraints.boolean)):
+    """0/1 arrays, a structure's events. Which of them are structures depends on the
+    distribution (its lengths), so no value is feasible for every instance: ``feasible_like``
+    refuses, and NumPyro's ``MaskedDistribution.log_prob`` then scores the value at masked
+    positions as it is (a draw of the structure) instead of swapping in zeros — which are no
+    structure, and ``log_prob`` refuses them."""
+
+    def feasible_like(self, prototype):
+        raise NotImplementedError
+
+
 class _JaxStructured(StructuredDistribution, Distribution):
     ops = jax_ops
     arg_constraints: dict = {}
-    support = constraints.boolean
+    support = _StructureEvents()
     has_enumerate_support = True
     #: a draw is discrete: no pathwise gradient. NumPyro reads ``has_rsample`` from the
     #: parameters declared reparameterized, and with no declared parameters it would say True

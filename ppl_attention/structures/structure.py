@@ -71,9 +71,12 @@ class Structure:
         return log_potentials.shape[-3]
 
     def invalid(self, events) -> str | None:
-        """Why NumPy ``events`` are not structures of this distribution (None: they are)."""
-        lengths = np.broadcast_to(self.ops.concrete(self.lengths),
-                                  events.shape[:events.ndim - self.event_dims])
+        """Why NumPy ``events`` are not structures of this distribution (None: they are, or its
+        lengths are traced — under ``jit``, where they are checked when concrete)."""
+        lengths = self.ops.concrete(self.lengths)
+        if lengths is None:
+            return None
+        lengths = np.broadcast_to(lengths, events.shape[:events.ndim - self.event_dims])
         return self.invalid_events(events, lengths)
 
     # --- derived ---------------------------------------------------------------------------

@@ -352,6 +352,51 @@ def _tree_reference_grad(model, method, b):
     return _flat(model)
 
 
+def _segments_terms(model, method, b):
+    """For a latent selection of segments per token, by enumerating every selection of each
+    source (≤ 5 positions): per pair the exact E_q[log p(y | z)] — the seq2seq model's
+    emission at t reads z_t alone (its input feeding is deterministic), so the expectation is
+    Σ_t Σ_{z_t} q(z_t) log p(y_t | z_t) — and the exact KL(q ‖ p) of the real tokens."""
+    from torch.distributions import kl_divergence
+
+    from ppl_attention.structures.semi_markov import SemiMarkov
+
+    m = get_method(method)
+    pyro.set_rng_seed(0)
+    g = poutine.trace(model.guide).get_trace(b, posterior=m.posterior)
+    q = g.nodes["align"]["fn"]
+    p = poutine.trace(poutine.replay(model.model, trace=g)).get_trace(b).nodes["align"]["fn"]
+    event = tuple(q.event_shape)
+    lengths = b.src_mask.sum(-1).tolist()
+
+    def events(L):
+        return torch.as_tensor(np.array(list(SemiMarkov.all_events(event, L))), dtype=b_dtype)
+
+    b_dtype = next(model.parameters()).dtype
+    first = {L: events(L)[0] for L in set(lengths)}  # a valid selection of every row
+    fixed = torch.stack([first[L] for L in lengths])[:, None].expand(b.size, b.tgt_out.shape[1],
+                                                                    *event)
+    e_q = []
+    for r, L in enumerate(lengths):
+        every = events(L)  # [K, *event]
+        z = fixed.expand(len(every), *fixed.shape).clone()
+        z[:, r] = every[:, None]
+        tr = poutine.trace(poutine.condition(model.model, data={"align": z})).get_trace(b)
+        tr.compute_log_prob()
+        obs = tr.nodes["y"]["log_prob"][:, r]  # [K, T], 0 on padded targets
+        log_q = q.log_prob(z)[:, r]  # [K, T], 0 on padded targets
+        e_q.append((log_q.exp() * obs).sum())
+    return torch.stack(e_q), kl_divergence(q, p).sum()
+
+
+def _segments_reference_grad(model, method, b):
+    """The gradient of the exact −ELBO of a latent selection per token (every one enumerated)."""
+    model.zero_grad()
+    e_q, kl = _segments_terms(model, method, b)
+    (kl - e_q.sum()).backward()
+    return _flat(model)
+
+
 def _enumerated_twin(method):
     """The method whose objective a REINFORCE method estimates (same guide, enumerated)."""
     spec = METHOD_SPECS[method]
@@ -491,6 +536,8 @@ def _check_unbiased(method, backend, n, sigmas):
     ref = ref_draws = None
     if spec.family_spec.tree:  # a latent tree: the gradient of the ELBO over every tree
         ref = _tree_reference_grad(model, method, b)
+    elif spec.family_spec.segments:  # a selection per token: every selection enumerated
+        ref = _segments_reference_grad(model, method, b)
     elif spec.family_spec.enumerable:  # REINFORCE: the enumerated objective's gradient
         ref = _reference_grad(model, _enumerated_twin(method), b)
     else:  # pathwise: an independent score-function estimate of the same gradient
@@ -750,6 +797,9 @@ def test_g_padding(method, backend):
             if spec.family_spec.tree:  # heads [B, 1, S]; padded words hold their own index
                 zb = torch.arange(S + 2).expand(zb.shape).clone()
                 zb[..., :S] = z
+            elif spec.family_spec.segments:  # [B, T, S, m, 2, 2]; padded targets: their draw
+                zb[:, :T] = 0
+                zb[:, :T, :S] = z
             elif not z.is_floating_point():  # an index per target (particles on the left)
                 zb[..., :T] = z
             elif zb.shape[-1] != z.shape[-1]:  # a point over the S positions
@@ -775,6 +825,13 @@ def test_g_padding(method, backend):
         if spec.family_spec.tree:  # heads [B, 1, S]: padded words and pairs their own index
             zb = np.broadcast_to(np.arange(Sb), (Bb, 1, Sb)).copy()
             zb[:B, :, :S] = z
+        elif spec.family_spec.segments:  # padded targets and pairs: nothing selected
+            lengths = np.asarray(jbig.src_mask).sum(-1)
+            zb = np.zeros((Bb, Tb, Sb) + z.shape[3:], z.dtype)
+            for r, L in enumerate(lengths):
+                zb[r, :, np.arange(L), 0, 0, 0] = 1.0  # each position its own unselected one
+            zb[:B, :T] = 0.0
+            zb[:B, :T, :S] = z
         elif z.ndim == 2:  # an index per target
             zb = np.zeros((Bb, Tb), z.dtype)
             zb[:B, :T] = z

@@ -14,7 +14,7 @@ pair: the batch plate; with ``vectorize_particles``, each particle's by its own)
 baseline (``infer={"baseline": {"baseline_value": b}}`` on the guide site, per pair ``[B]`` or
 per token ``[B, T]``, summed per pair). The gradient of the
 surrogate is an unbiased estimate of the ELBO's: pathwise through log p(y | z) and the KL,
-REINFORCE for the draw. Pyro's TraceMeanField_ELBO takes the same closed-form KLs but refuses
+REINFORCE for the draw (log q of the real, unmasked draws only). Pyro's TraceMeanField_ELBO takes the same closed-form KLs but refuses
 sites that are not reparameterized; TraceGraph_ELBO estimates the KL by sampling.
 """
 
@@ -58,6 +58,15 @@ def _per_pair(x: torch.Tensor, batch: int | None, particles: int | None, B: int)
     return x.expand(*x.shape[:-1], B)
 
 
+def _score_function(site) -> torch.Tensor:
+    """log q(z) of a guide site, masked as its log-density is — by the distribution's own mask
+    and ``poutine.mask`` — but not scaled. Pyro's ``ScoreParts.score_function`` is left unmasked
+    (TraceGraph_ELBO multiplies it by masked costs): taken as it is, the draws at masked
+    positions (padded target tokens) would be scored with their pair's reward — unbiased, but
+    noise, and another estimator than the NumPyro mirror's."""
+    return scale_and_mask(site["fn"].log_prob(site["value"]), mask=site["mask"])
+
+
 class ScoreFunctionKL_ELBO(Trace_ELBO):
     """The estimator of the module docstring (``num_particles`` averaged as Pyro's ELBOs)."""
 
@@ -88,7 +97,7 @@ class ScoreFunctionKL_ELBO(Trace_ELBO):
                 raise UserError(f"guide site {name!r} is not in the model")
             if g["fn"].has_rsample:
                 continue
-            score = _per_pair(g["score_parts"].score_function, *dims)
+            score = _per_pair(_score_function(g), *dims)
             b = g["infer"].get("baseline", {}).get("baseline_value")
             b = 0.0 if b is None else torch.as_tensor(b)
             if torch.is_tensor(b) and b.dim() >= 2:  # per token: the pair's sum
