@@ -1,7 +1,7 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
-the chain recursion (w1, w2), of structures as latent sites (l1–l5), of attention over
+the chain recursion (w1, w2), of structures as latent sites (l1–l7), of attention over
 segments (g1, g2), run the tests that should
 catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
@@ -239,6 +239,14 @@ FAULTS = [
   "    after_selected = ops.stack([single, neg], -1)",
   "    after_selected = ops.stack([single, selected], -1)",
   "tests/structures/test_segment_attention.py"),
+ ("l6", "ppl_attention/pyro/inference/elbo.py",
+  "            score = _per_pair(_score_function(g), *dims)",
+  '            score = _per_pair(g["score_parts"].score_function, *dims)',
+  "test_b_parity and segments-sample-pyro"),
+ ("l7", "ppl_attention/numpyro/crfs.py",
+  "    support = _StructureEvents()",
+  "    support = constraints.boolean",
+  "test_d_closed_form_kl and segments-sample-numpyro"),
  ("l4", "ppl_attention/numpyro/inference/elbo.py",
   "        surrogate = surrogate + term - jax.lax.stop_gradient(term)",
   "        surrogate = surrogate",
