@@ -15,8 +15,12 @@
 - the segmentation metric and the ``phrases`` task's gold.
 
 Planted faults (``python tests/plant_faults.py g1 g2``): g1 the coverage forgetting a
-segment's first position → the brute-force tests fail (both backends); g2 two selected segments
-allowed to be adjacent → the brute-force tests fail.
+segment's last position → 12 failed (the brute-force and chi-square tests, both backends); g2
+two selected segments allowed to be adjacent → 12 failed (the same). The masked-site defects
+the verification matrix found on ``segments-sample`` are planted as l6 (Pyro's estimator
+scoring the masked draws → ``test_b_parity[segments-sample-pyro]`` fails) and l7 (NumPyro's
+structures with a feasible zero value → ``test_d_closed_form_kl[segments-sample-numpyro]``
+fails).
 """
 
 import itertools
