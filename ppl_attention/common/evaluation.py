@@ -11,7 +11,7 @@ import math
 
 from .backends import get_backend
 from .contract import capabilities
-from .metrics import aer, segment_scores
+from .metrics import aer, frame_accuracy, segment_scores
 
 __all__ = ["evaluate", "monotonic_share"]
 
@@ -21,7 +21,8 @@ def evaluate(run, batches: list, gold: list | None = None,
              with_elbo: bool = True, backend: str = "pyro",
              references: dict | None = None, beam: int = 1, ensemble: list | None = None,
              gold_trees: list | None = None, decode_pairs: list | None = None,
-             importance: dict | None = None, seed: int = 0, segments: bool = False) -> dict:
+             importance: dict | None = None, seed: int = 0, segments: bool = False,
+             frames: bool = False) -> dict:
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold, for models with the ``alignment`` capability),
     ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
@@ -37,7 +38,8 @@ def evaluate(run, batches: list, gold: list | None = None,
     first error — and ``sequence_accuracy`` (exact match), for models with ``predictive``.
     ``segments`` (gold whose links are one source segment per target token: the ``phrases``
     task) adds ``segment_precision``, ``segment_recall`` and ``segment_f1`` of the MAP
-    links' segments (:func:`~ppl_attention.common.metrics.segment_scores`).
+    links' segments (:func:`~ppl_attention.common.metrics.segment_scores`); ``frames`` (gold
+    with one source label per target frame: ``durations``) adds ``frame_accuracy``.
     ``importance`` (``{"samples": K, "threshold": t}``) adds the evaluation by the guide's
     importance-corrected posterior
     (:func:`ppl_attention.common.importance_weights.evaluate_importance`:
@@ -70,6 +72,9 @@ def evaluate(run, batches: list, gold: list | None = None,
         report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
         if segments:
             report.update(segment_scores([links[i] for i in idx], [gold[i] for i in idx]))
+        if frames:
+            report["frame_accuracy"] = frame_accuracy([links[i] for i in idx],
+                                                      [gold[i] for i in idx])
     if gold_trees is not None and getattr(run.model.family, "tree", False):
         from ..core.heads import attachment_score
 

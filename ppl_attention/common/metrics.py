@@ -1,4 +1,5 @@
-"""Pure metrics on plain data (no torch, no Pyro): AER, segmentation F1, WER/PER, and the
+"""Pure metrics on plain data (no torch, no Pyro): AER, segmentation F1, frame accuracy, WER/PER,
+and the
 uncertainty metrics of stochastic-attention classifiers.
 
 Uncertainty (Fan et al. 2020, §5):
@@ -92,6 +93,26 @@ def segment_scores(predicted: list[Links], gold: list[Links]) -> dict:
     r = hit / n_gold if n_gold else 0.0
     return {"segment_precision": p, "segment_recall": r,
             "segment_f1": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+def frame_accuracy(predicted: list[Links], gold: list[Links]) -> float:
+    """The share of target tokens (frames) whose predicted links are exactly their gold ones —
+    for gold with one source label per frame (the ``durations`` task), the share of frames
+    given the right label. Tokens with no gold link are not counted."""
+    if len(predicted) != len(gold):
+        raise UserError(f"{len(predicted)} predicted alignments but {len(gold)} gold ones")
+    right = total = 0
+    for a, g in zip(predicted, gold):
+        by_target: dict[int, set[int]] = {}
+        for i, j in a:
+            by_target.setdefault(j, set()).add(i)
+        gold_by: dict[int, set[int]] = {}
+        for i, j in g:
+            gold_by.setdefault(j, set()).add(i)
+        for j, sources in gold_by.items():
+            total += 1
+            right += by_target.get(j, set()) == sources
+    return right / total if total else 0.0
 
 
 def edit_distance(a: list, b: list) -> int:

@@ -20,6 +20,7 @@ class Split:
     decode_metrics: bool = False  # score greedy decoding (prefix and sequence accuracy)
     possible: list[Links] | None = None  # possible gold links (⊇ gold, the sure ones), if any
     segments: bool = False  # each target token's gold links are one source segment (phrases)
+    frames: bool = False  # each target frame has one gold source label (durations)
 
 
 @dataclass

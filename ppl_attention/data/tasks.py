@@ -2,9 +2,10 @@
 log-likelihood of each pair under the generator, reported by ``evaluate`` as the floor.
 
 ``copy``: y = x. ``reverse``: y = reversed x. ``phrases`` (:func:`phrases_task`): one target
-token per source phrase, gold links one segment per target token. ``reorder``: x is cut into chunks of ``chunk``
-tokens, each chunk reversed with probability 1/2; every token is translated through a fixed
-random dictionary f, and replaced by a uniform random target token with probability ε. Hence
+token per source phrase, gold links one segment per target token. ``reorder``: x is cut into
+chunks of ``chunk`` tokens, each chunk reversed with probability 1/2; every token is
+translated through a fixed random dictionary f, and replaced by a uniform random target token
+with probability ε. Hence
 
     p(y | x) = Π_chunks Σ_{r ∈ {keep, reverse}} ½ Π_{j ∈ chunk} p(y_j | x_{r(j)}),
     p(y_j | x_i) = (1 − ε)·[y_j = f(x_i)] + ε / V.
@@ -135,7 +136,7 @@ def durations_task(n_train: int = 4000, n_eval: int = 200, seed: int = 0, vocab:
             gold.append(links)
             if with_floor:
                 ll.append(log_p(x, y))
-        return Split(pairs, gold, ll if with_floor else None)
+        return Split(pairs, gold, ll if with_floor else None, frames=True)
 
     return Task("durations", split(n_train, "train", False), split(n_eval, "valid", True),
                 split(n_eval, "test", True),

@@ -202,7 +202,8 @@ def report(run: Run, split, source: dict, *, backend: str = "pyro", iwae_k: int 
                    backend=backend, references=getattr(split, "references", None), beam=beam,
                    ensemble=ensemble, gold_trees=getattr(split, "trees", None),
                    decode_pairs=split.pairs if getattr(split, "decode_metrics", False) else None,
-                   importance=importance, seed=seed, segments=getattr(split, "segments", False))
+                   importance=importance, seed=seed, segments=getattr(split, "segments", False),
+                   frames=getattr(split, "frames", False))
     if callable(extra):
         out.update(_checked_extra(model, extra(batches, **({"iwae_k": iwae_k} if iwae_k and
                                                            takes_k else {}))))

@@ -98,6 +98,20 @@ def test_tasks_gold_alignments():
         make_task("sort")
 
 
+def test_frame_accuracy():
+    from ppl_attention.common.metrics import frame_accuracy
+
+    gold = [{(0, 0), (0, 1), (1, 2)}, {(0, 0)}]
+    assert frame_accuracy(gold, gold) == 1.0
+    # frame 1 wrong, frame 2 with an extra link, frame 0 of pair 2 without any: 1 of 4 right
+    assert frame_accuracy([{(0, 0), (1, 1), (1, 2), (0, 2)}, set()], gold) == 0.25
+    task = make_task("durations", n_train=3, n_eval=3)
+    assert task.test.frames and all(
+        len({i for i, j in g if j == t}) == 1 for g, (x, y) in zip(task.test.gold,
+                                                                 task.test.pairs)
+        for t in range(len(y)))
+
+
 def test_aer():
     assert aer([{(0, 0), (1, 1)}], [{(0, 0), (1, 1)}]) == 0.0
     assert aer([{(0, 0), (0, 1)}], [{(0, 0), (1, 1)}]) == pytest.approx(0.5)

@@ -230,5 +230,5 @@ def test_phrases_task_gold_is_one_segment_per_target():
         segs = link_segments(gold)
         assert sorted(j for j, _, _ in segs) == list(range(len(y)))  # one per target token
         assert sum(b - a + 1 for _, a, b in segs) == len(x)  # they cover the source once
-        for j, a, b in segs:
+        for _, a, b in segs:
             assert x[a].startswith("h") and all(t.startswith("m") for t in x[a + 1:b + 1])

@@ -12,10 +12,10 @@ For guide sites z with distributions q and model sites with priors p, and observ
 with r_b = log p(y_b | z) the pair's log-likelihood (each pair's draw is scored by its own
 pair: the batch plate; with ``vectorize_particles``, each particle's by its own) and b_b a
 baseline (``infer={"baseline": {"baseline_value": b}}`` on the guide site, per pair ``[B]`` or
-per token ``[B, T]``, summed per pair). The gradient of the
-surrogate is an unbiased estimate of the ELBO's: pathwise through log p(y | z) and the KL,
-REINFORCE for the draw (log q of the real, unmasked draws only). Pyro's TraceMeanField_ELBO takes the same closed-form KLs but refuses
-sites that are not reparameterized; TraceGraph_ELBO estimates the KL by sampling.
+per token ``[B, T]``, summed per pair). The gradient of the surrogate is an unbiased estimate
+of the ELBO's: pathwise through log p(y | z) and the KL, REINFORCE for the draw (log q of the
+real, unmasked draws only). Pyro's TraceMeanField_ELBO takes the same closed-form KLs but
+refuses sites that are not reparameterized; TraceGraph_ELBO estimates the KL by sampling.
 """
 
 from __future__ import annotations
