@@ -39,3 +39,15 @@ def test_example_prints_its_documented_error(name):
     digits = len(DOCUMENTED[name].split(".")[1])
     # one unit of the last quoted digit: summation order differs between machines
     assert abs(err - float(DOCUMENTED[name])) <= 10 ** -digits, (name, err, DOCUMENTED[name])
+
+
+@pytest.mark.integration
+def test_ctc_example_prints_its_documented_frame_accuracy():
+    """examples/structures/ctc_frames.py (a user's model with a CTC alignment summed out
+    exactly, its MAP path labelling the frames): the frame accuracy docs/results.md quotes."""
+    out = subprocess.run([sys.executable, "ctc_frames.py"], cwd=EXAMPLES / "structures",
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    acc = float(re.search(r"frame accuracy: ([\d.]+)", out.stdout)[1])
+    assert "frame accuracy: 0.874" in (EXAMPLES.parent / "docs" / "results.md").read_text()
+    assert abs(acc - 0.874) <= 0.02, out.stdout
