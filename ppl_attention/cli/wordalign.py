@@ -35,6 +35,10 @@ def add_parsers(sub) -> None:
                    "source word or none) here")
     p.add_argument("-r", "--reverse", help="write the reverse links (the corpus aligned the "
                    "other way, as source-target) here")
+    p.add_argument("--scores", help="write each forward link's posterior probability here, "
+                   "one line per pair as the Pharaoh links: i-j:p per link, null-j:p for a "
+                   "target word aligned to nothing (its NULL posterior); with --gold, a "
+                   "reliability table (per posterior bin, the share of links that is gold)")
     p.add_argument("--symmetrize", choices=HEURISTICS, help="also symmetrize forward and "
                    "reverse (both directions are aligned) and write them to --output")
     p.add_argument("-o", "--output", help="the symmetrized links (default: standard output)")
@@ -97,11 +101,13 @@ def check_wordalign(args):
         raise UserError(f"--threshold must be in (0, 1], got {args.threshold}")
     if args.output and not args.symmetrize:
         raise UserError("--output writes the symmetrized links: give --symmetrize too")
-    if not (args.forward or args.reverse or args.symmetrize or args.gold or args.out):
-        raise UserError("nothing to write: give -f, -r, --symmetrize, --gold or --out")
+    if not (args.forward or args.reverse or args.symmetrize or args.gold or args.out
+            or args.scores):
+        raise UserError("nothing to write: give -f, -r, --symmetrize, --scores, --gold or "
+                        "--out")
     written = {}
     for path, what in ((args.forward, "-f"), (args.reverse, "-r"), (args.output, "-o"),
-                       (args.out, "--out")):
+                       (args.scores, "--scores"), (args.out, "--out")):
         if path is None:
             continue
         key = Path(path).expanduser().resolve()
@@ -145,7 +151,7 @@ def _svb(wa, spec, corpus, opts, seed) -> dict:
 RUNNERS = {"gibbs": _gibbs, "vb": _vb, "svb": _svb}
 
 
-def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
+def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=False):
     from ..data.indexed import index_pairs
     from ..numpyro.inference import word_alignment as wa
 
@@ -153,7 +159,8 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc):
     print(f"[wordalign] {desc}: {corpus.n_pairs} pairs, {corpus.n_cells} word pairs "
           f"co-occurring, {len(corpus.classes)} shape classes", file=sys.stderr)
     res = RUNNERS[method](wa, spec, corpus, opts, seed)
-    res["links"] = wa.links_from_marginals(corpus, res.pop("marginals"), threshold)
+    found = wa.links_from_marginals(corpus, res.pop("marginals"), threshold, scores)
+    res["links"], res["scores"] = found if scores else (found, None)
     del corpus
     import gc
 
@@ -173,7 +180,13 @@ def cmd_wordalign(args) -> int:
     spec = aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
     both = bool(args.reverse or args.symmetrize)
     fwd = _align(spec, args.method, opts, pairs, args.batch_size, args.seed, args.threshold,
-                 "forward")
+                 "forward", scores=bool(args.scores))
+    if args.scores:
+        from ..data.corpus import atomic_write_text
+        from ..data.pharaoh import format_scores
+
+        atomic_write_text(args.scores, "".join(format_scores(sc) + "\n"
+                                               for sc in fwd["scores"]))
     report = {"model": args.model, "method": args.method, "options": opts,
               "n_pairs": len(pairs), "forward_seconds": fwd["seconds"]}
     # kept as Pharaoh lines while the other direction runs (a tenth of the sets' memory)
@@ -214,6 +227,18 @@ def cmd_wordalign(args) -> int:
         for name, sc in report["scores"].items():
             print(f"[wordalign] {name}: AER {sc['aer']:.4f}, precision {sc['precision']:.4f}, "
                   f"recall {sc['recall']:.4f}", file=sys.stderr)
+        if args.scores:
+            from ..common.metrics import link_reliability
+
+            report["reliability"] = link_reliability(fwd["scores"], *gold)
+            print("[wordalign] forward link posteriors against gold (--scores):",
+                  file=sys.stderr)
+            for row in report["reliability"]:
+                if row["links"]:
+                    print(f"  p in [{row['low']:.1f}, {row['high']:.1f}): {row['links']:7d} "
+                          f"links, mean posterior {row['mean_posterior']:.3f}, gold "
+                          f"{row['gold_share']:.3f}", file=sys.stderr)
+    fwd.pop("scores", None)
     if args.out:
         _save_run(Path(args.out), report, fwd, rev if both else None)
     print(jsonio.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),

@@ -115,6 +115,30 @@ def frame_accuracy(predicted: list[Links], gold: list[Links]) -> float:
     return right / total if total else 0.0
 
 
+def link_reliability(scores: list[dict], sure: list[Links],
+                     possible: list[Links] | None = None, bins: int = 10) -> list[dict]:
+    """Are link posteriors calibrated? The links of ``scores`` (``{(i, j): p}`` per pair, as
+    ``wordalign --scores`` writes them; NULL entries, i < 0, left out) binned by p into
+    ``bins`` equal-width bins: per bin the number of links, their mean posterior and the share
+    that is gold (sure or possible) — equal to the mean posterior when the posteriors are
+    calibrated. Only the first ``len(sure)`` pairs count (the gold of a corpus's first lines)."""
+    possible = possible or sure
+    rows = [{"low": b / bins, "high": (b + 1) / bins, "links": 0, "p_sum": 0.0, "gold": 0}
+            for b in range(bins)]
+    for sc, s, p in zip(scores, sure, possible):
+        gold = s | p
+        for (i, j), prob in sc.items():
+            if i < 0:
+                continue
+            row = rows[min(int(prob * bins), bins - 1)]
+            row["links"] += 1
+            row["p_sum"] += prob
+            row["gold"] += (i, j) in gold
+    return [{"low": r["low"], "high": r["high"], "links": r["links"],
+             "mean_posterior": r["p_sum"] / r["links"] if r["links"] else None,
+             "gold_share": r["gold"] / r["links"] if r["links"] else None} for r in rows]
+
+
 def edit_distance(a: list, b: list) -> int:
     """Levenshtein distance between two token sequences (unit costs)."""
     prev = list(range(len(b) + 1))

@@ -54,3 +54,29 @@ def format_pharaoh(links: Links) -> str:
 
 def write_pharaoh(path: str | os.PathLike, alignments: list[Links]) -> None:
     atomic_write_text(path, "".join(format_pharaoh(a) + "\n" for a in alignments))
+
+
+def format_scores(scores: dict) -> str:
+    """One line of link posteriors, ``i-j:p`` per link in Pharaoh order and ``null-j:p`` for a
+    target word aligned to nothing (p: its NULL posterior), p to 4 decimals."""
+    return " ".join(f"{'null' if i < 0 else i}-{j}:{p:.4f}"
+                    for (i, j), p in sorted(scores.items(), key=lambda x: (x[0][1], x[0][0])))
+
+
+def parse_scores_line(line: str, where: str) -> dict:
+    """The inverse of :func:`format_scores` (``{(i or -1, j): p}``), refusing a malformed item."""
+    out = {}
+    for item in line.split():
+        link, _, p = item.partition(":")
+        parts = link.split("-")
+        try:
+            i = -1 if parts[0] == "null" else int(parts[0])
+            key, value = (i, int(parts[1])), float(p)
+        except (ValueError, IndexError):
+            raise DataError(f"{where}: malformed link score {item!r} (expected i-j:p or "
+                            f"null-j:p)") from None
+        if len(parts) != 2 or not 0 <= value <= 1:
+            raise DataError(f"{where}: malformed link score {item!r} (expected i-j:p, p in "
+                            f"[0, 1])")
+        out[key] = value
+    return out

@@ -17,6 +17,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ppl_attention.cli import main
@@ -332,7 +333,9 @@ REFUSALS = [
      "error: --kappa must be in (0.5, 1], got 0.4"),
     (["-f", "fwd", "-o", "sym"],
      "error: --output writes the symmetrized links: give --symmetrize too"),
-    ([], "error: nothing to write: give -f, -r, --symmetrize, --gold or --out"),
+    ([], "error: nothing to write: give -f, -r, --symmetrize, --scores, --gold or --out"),
+    (["--scores", "corpus.txt"], "error: --scores corpus.txt: is the input -i"),
+    (["-f", "fwd", "--scores", "fwd"], "error: --scores fwd: also given to -f"),
     (["-f", "missing/fwd"], "error: -f missing/fwd: folder missing does not exist"),
     (["-f", "fwd", "-r", "missing/rev"],
      "error: -r missing/rev: folder missing does not exist"),
@@ -418,7 +421,8 @@ def vb_run(tmp_path_factory, task):
         rc = main(["wordalign", "-i", str(d / "corpus"), "--model", "ibm1", "--method", "vb",
                    "--iterations", "10", "-f", str(d / "fwd"), "-r", str(d / "rev"),
                    "--symmetrize", "grow-diag-final-and", "-o", str(d / "sym"),
-                   "--gold", str(d / "gold"), "--out", str(d / "rundir")])
+                   "--gold", str(d / "gold"), "--out", str(d / "rundir"),
+                   "--scores", str(d / "scores")])
     return rc, d, pairs, err.getvalue()
 
 
@@ -469,6 +473,44 @@ def test_wordalign_vb_scores_beat_a_random_alignment(vb_run, task):
     assert scores["grow-diag-final-and"]["aer"] < 0.4  # 0.22 when written
     assert scores["forward"]["aer"] < 0.4
     assert scores["grow-diag-final-and"]["aer"] < random_aer - 0.4
+
+
+def test_wordalign_scores_file_and_reliability(vb_run):
+    """``--scores``: one line per pair; every forward link with its posterior, every target
+    word left unaligned as ``null-j`` — so each target word once —, and the report's reliability
+    table is those posteriors binned against the gold of the first 50 lines."""
+    from ppl_attention.data.pharaoh import parse_scores_line
+
+    rc, d, pairs, err = vb_run
+    assert rc == 0
+    lines = (d / "scores").read_text(encoding="utf-8").splitlines()
+    fwd = _links_file(d / "fwd", pairs)
+    assert len(lines) == len(pairs)
+    scores = [parse_scores_line(line, f"scores:{k + 1}") for k, line in enumerate(lines)]
+    for sc, links, (_, tgt) in zip(scores, fwd, pairs):
+        assert {(i, j) for i, j in sc if i >= 0} == links
+        assert sorted(j for _, j in sc) == list(range(len(tgt)))  # each target word once
+        assert all(0 <= p <= 1 for p in sc.values())
+        # the MAP link is the most probable choice: above the 1/(S + 1) of a uniform one
+        assert all(p > 0 for p in sc.values())
+    report = json.loads((d / "rundir" / "report.json").read_text(encoding="utf-8"))
+    from ppl_attention.data.parallel import read_gold
+
+    sure, possible = read_gold(d / "gold", pairs, prefix=True)
+    rows = report["reliability"]
+    assert len(rows) == 10
+    every = [(p, (i, j) in s | q) for sc, s, q in zip(scores, sure, possible)
+             for (i, j), p in sc.items() if i >= 0]
+    assert sum(r["links"] for r in rows) == len(every)
+    for r in rows:
+        inside = [(p, g) for p, g in every if r["low"] <= round(p, 4) < r["high"]
+                  or (r["high"] == 1.0 and round(p, 4) == 1.0)]
+        assert r["links"] == len(inside)
+        if inside:  # the file's 4 decimals against the report's full precision
+            assert r["mean_posterior"] == pytest.approx(np.mean([p for p, _ in inside]),
+                                                        abs=1e-4)
+            assert r["gold_share"] == pytest.approx(np.mean([g for _, g in inside]))
+    assert "forward link posteriors against gold (--scores)" in err
 
 
 def test_wordalign_vb_posterior_file(vb_run):

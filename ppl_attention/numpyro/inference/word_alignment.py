@@ -389,11 +389,15 @@ def _elbo(spec, sizes, data, counts_c, counts_b):
         al.bucket_kl(spec, counts_b)
 
 
-def links_from_marginals(corpus, marginals, threshold: float | None = None) -> list[set]:
+def links_from_marginals(corpus, marginals, threshold: float | None = None,
+                         with_scores: bool = False):
     """Each pair's links (source i, target j), in corpus order: each target word to its most
     probable position, none when that is NULL (``threshold``: instead every position whose
-    marginal reaches it)."""
+    marginal reaches it). ``with_scores``: also each pair's link posteriors ``{(i, j): p}`` —
+    every link with its marginal, and each target word left unlinked with its NULL marginal
+    as ``(-1, j)`` — returned as ``(links, scores)``."""
     out: list[set] = [set() for _ in range(corpus.n_pairs)]
+    scores: list[dict] = [{} for _ in range(corpus.n_pairs)] if with_scores else []
     for cls, m in zip(corpus.classes, marginals):
         n, B, S1, T = m.shape
         m = m.reshape(n * B, S1, T)
@@ -407,4 +411,9 @@ def links_from_marginals(corpus, marginals, threshold: float | None = None) -> l
             else:
                 i, j = np.nonzero(m[r, 1:1 + Sk, :Tk] >= threshold)
                 out[k] = set(zip(i.tolist(), j.tolist()))
-    return out
+            if with_scores:
+                sc = {(i, j): float(m[r, i + 1, j]) for i, j in out[k]}
+                linked = {j for _, j in out[k]}
+                sc.update({(-1, j): float(m[r, 0, j]) for j in range(Tk) if j not in linked})
+                scores[k] = sc
+    return (out, scores) if with_scores else out
