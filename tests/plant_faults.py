@@ -1,8 +1,8 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
-the chain recursion (w1, w2), of structures as latent sites (l1–l7), of attention over
-segments (g1, g2), run the tests that should
+the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
+sites (l1–l7), of attention over segments (g1, g2), run the tests that should
 catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -230,6 +230,10 @@ FAULTS = [
   "    keep = [d for d in (particles, batch) if d is not None and x.dim() >= -d]",
   "    keep = [d for d in (batch,) if d is not None and x.dim() >= -d]",
   "tests/structures/test_latent_sites.py::test_vectorized_particles_are_each_scored_by_their_own_reward"),
+ ("w3", "ppl_attention/numpyro/inference/word_alignment.py",
+  "    settled, stuck = within & agree, within & ~agree",
+  "    settled, stuck = within & agree, within & ~agree & False",
+  "tests/numpyro/test_chain_diagnostics.py"),
  # attention over segments (tests/structures/test_segment_attention.py)
  ("g1", "ppl_attention/structures/segment_selection.py",
   "        for d in range(min(j + 1, L)):",

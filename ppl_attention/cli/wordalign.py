@@ -132,7 +132,11 @@ def _gibbs(wa, spec, corpus, opts, seed) -> dict:
     res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["warmup"],
                        samples=opts["samples"], thinning=opts["thin"], seed=seed,
                        track=opts["track"], init_sweeps=opts["init_sweeps"], release_host=True)
-    res["diagnostics"] = wa.link_rhat(res["traces"]["track"]) if opts["chains"] > 1 else None
+    if opts["chains"] > 1:
+        res["diagnostics"] = {**wa.link_rhat(res["traces"]["track"]),
+                              **wa.chain_diagnostics(res["traces"]["track"])}
+    else:
+        res["diagnostics"] = None
     return res
 
 
@@ -217,6 +221,14 @@ def cmd_wordalign(args) -> int:
     for name, res in (("forward", fwd),) + ((("reverse", rev),) if both else ()):
         for k, v in (res.get("diagnostics") or {}).items():
             report[f"{name}_links_{k}"] = v
+        d = res.get("diagnostics") or {}
+        if d.get("mixed") is not None:
+            print(f"[wordalign] {name} chains: {100 * d['share_settled']:.1f} % of the tracked "
+                  f"words settled, {100 * d['share_stuck']:.1f} % stuck, "
+                  f"{100 * d['share_moving']:.1f} % moving (R-hat ≤ {d['rhat_max_moving']}); "
+                  f"chains' disagreement mean {d['disagreement_mean']:.3f}, max "
+                  f"{d['disagreement_max']:.3f}"
+                  + ("" if d["mixed"] else f" — WARNING: {d['advice']}"), file=sys.stderr)
         if res.get("elbo"):
             report[f"{name}_elbo"] = res["elbo"]
     if gold is not None:

@@ -39,7 +39,8 @@ from .cache import enable_compilation_cache
 
 __all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "gibbs_chains", "ibm1_start",
            "posterior_mean_log_translation", "run_gibbs", "vb_sweeps", "run_vb",
-           "run_svb", "device_corpus", "links_from_marginals", "link_rhat"]
+           "run_svb", "device_corpus", "links_from_marginals", "link_rhat",
+           "chain_diagnostics"]
 
 #: the most kept sweeps of an HMM chain (its link counts are int16)
 MAX_HMM_KEPT = 32767
@@ -279,6 +280,64 @@ def link_rhat(track: np.ndarray) -> dict:
             "ess_bulk_median": _json_number(np.median(ess)),
             "share_rhat_ok": (n - len(rows) + int((rhat <= 1.01).sum())) / n,
             "n_varying": len(rows), "n": n}
+
+
+#: what makes a Gibbs run "not mixed" (:func:`chain_diagnostics`): a share of stuck tracked
+#: words above this, a varying word's R-hat above this, or two chains' link frequencies of a
+#: word further apart (total variation) than this
+STUCK_SHARE, RHAT_LIMIT, TV_LIMIT = 0.01, 1.05, 0.3
+
+
+def chain_diagnostics(track: np.ndarray) -> dict:
+    """Mixing of the discrete chains, for a run that stops on them: ``track [chains, draws,
+    n]`` (each draw's source position of n tracked target words). Each word is
+
+    - *settled*: every draw of every chain the same position;
+    - *stuck*: each chain constant, but the chains on different positions — the chains disagree
+      and never move, where indicator R-hat is undefined (∞): reported as a share, not as an
+      R-hat;
+    - *moving*: some chain visits two positions — its link indicator's R-hat is defined.
+
+    Beside R-hat, the chains' agreement: per word the total variation between two chains' link
+    frequencies (the largest over chain pairs), its mean and largest over the words. ``mixed``
+    is False when the stuck share exceeds ``STUCK_SHARE``, a moving word's R-hat ``RHAT_LIMIT``
+    or the largest disagreement ``TV_LIMIT``; ``advice`` then says what to change. One chain:
+    nothing to compare (``mixed`` None)."""
+    C, D, n = track.shape
+    if C < 2 or n == 0:
+        return {"mixed": None, "n": n, "advice": "one chain: run --chains 2 or more to check "
+                "mixing" if C < 2 else ""}
+    constant_in_chain = (track == track[:, :1]).all(1)  # [C, n]
+    within = constant_in_chain.all(0)
+    agree = (track[:, 0] == track[:1, 0]).all(0)
+    settled, stuck = within & agree, within & ~agree
+    tv = np.zeros(n)
+    for w in range(n):
+        vals = np.unique(track[:, :, w])
+        freq = (track[:, :, w][..., None] == vals).mean(1)  # [C, values]
+        tv[w] = max(0.5 * np.abs(freq[a] - freq[b]).sum()
+                    for a in range(C) for b in range(a + 1, C))
+    moving = ~within
+    rh = link_rhat(track[:, :, moving]) if moving.any() else {"rhat_max": 1.0}
+    rhat_max = rh["rhat_max"]
+    rhat_value = float("inf") if isinstance(rhat_max, str) else float(rhat_max)
+    out = {"n": n, "share_settled": float(settled.mean()), "share_stuck": float(stuck.mean()),
+           "share_moving": float(moving.mean()), "rhat_max_moving": rhat_max,
+           "disagreement_mean": float(tv.mean()), "disagreement_max": float(tv.max())}
+    problems = []
+    if out["share_stuck"] > STUCK_SHARE:
+        problems.append(f"{100 * out['share_stuck']:.1f} % of the tracked words are stuck "
+                        f"(each chain constant, the chains apart)")
+    if rhat_value > RHAT_LIMIT:
+        problems.append(f"R-hat of a moving link {rhat_value:.2f}")
+    if out["disagreement_max"] > TV_LIMIT:
+        problems.append(f"two chains' link frequencies of a word {out['disagreement_max']:.2f} "
+                        f"apart (total variation)")
+    out["mixed"] = not problems
+    out["advice"] = "" if not problems else (
+        "; ".join(problems) + ": not mixed — run more sweeps (--warmup, --samples), more "
+        "chains (--chains), or a larger --alpha (rare words' chains move more freely)")
+    return out
 
 
 def _json_number(x):
