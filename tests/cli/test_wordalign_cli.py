@@ -548,6 +548,10 @@ def test_wordalign_hmm_gibbs_runs(tmp_path, task, capsys):
     assert len(sym) == 200 and all(s <= f for s, f in zip(sym, fwd))
     m = re.search(r"\[wordalign\] forward: AER (\d\.\d{4})", err)
     assert m and float(m.group(1)) < 0.4  # 0.11 when written
+    report = json.loads((tmp_path / "run" / "report.json").read_text(encoding="utf-8"))
+    shares = [report[f"forward_links_share_{k}"] for k in ("settled", "stuck", "moving")]
+    assert sum(shares) == pytest.approx(1.0) and isinstance(report["forward_links_mixed"], bool)
+    assert "[wordalign] forward chains: " in err and "[wordalign] reverse chains: " in err
     import arviz
 
     idata = arviz.from_netcdf(str(tmp_path / "run" / "posterior.nc"))
