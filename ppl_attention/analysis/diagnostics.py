@@ -7,7 +7,8 @@ log_importance_weights`). Reported, per token or as shares of pairs:
 - ``kl_exact_q``: mean over tokens of KL(p(z_t | x, y) ‖ q(z_t | x, y)) — models with an exact
   posterior and an enumerable guide; None otherwise;
 - ``expected_aer``: the AER of q's draws against gold, averaged over draws (a draw of a
-  continuous family aligns each target token to its largest weight); None without gold (bags,
+  continuous family aligns each target token to its largest weight, a segments family to every
+  position it selects); None without gold (bags,
   a corpus without ``.align``);
 - ``khat_share``: share of pairs whose PSIS k̂ (``az.psislw`` on the K weights) exceeds 0.7 —
   importance sampling from q is unreliable there (Vehtari et al. 2015). The Pareto fit needs a
@@ -103,7 +104,11 @@ def guide_diagnostics(run, pairs, gold, num_samples: int = 100, seed: int = 0,
         lengths = (np.asarray(b.tgt_mask).sum(-1) - 1).tolist()
         for r, idx in enumerate(b.index.tolist()):
             for kk in range(num_samples):
-                draw_links[kk][idx] = {(int(draws[kk, r, j]), j) for j in range(lengths[r])}
+                if draws.ndim == 4:  # a selection of positions per token (segments)
+                    draw_links[kk][idx] = {(int(i), j) for j in range(lengths[r])
+                                           for i in np.flatnonzero(draws[kk, r, j])}
+                else:
+                    draw_links[kk][idx] = {(int(draws[kk, r, j]), j) for j in range(lengths[r])}
     order = sorted(draw_links[0])
     expected_aer = None if gold is None else float(np.mean([
         aer([d[i] for i in order], [gold[i] for i in order]) for d in draw_links.values()]))
