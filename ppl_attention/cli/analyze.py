@@ -72,12 +72,95 @@ def _analysis_split(run, args, path):
     return split
 
 
+def is_wordalign_run(path) -> bool:
+    """Is ``path`` a ``wordalign --out`` directory (its report and posterior, no model)?"""
+    path = Path(path)
+    return (path / "report.json").is_file() and (path / "posterior.nc").is_file() \
+        and not (path / "config.json").exists()
+
+
+def _analyze_wordalign(args, importance) -> int:
+    """``analyze`` of a ``wordalign --out`` directory: per direction, the discrete chains'
+    diagnostics of its tracked links (:func:`~ppl_attention.numpyro.inference.word_alignment.
+    chain_diagnostics`) and ArviZ's R-hat / ESS of the corpus log-likelihood; written to
+    ``--out`` as ``wordalign_diagnostics.json`` and ``trace.png``. Options for a model's run
+    are refused."""
+    import numpy as np
+
+    from ..common import arviz_api
+    from ..core.jsonio import dumps
+    from ..numpyro.inference.word_alignment import chain_diagnostics
+
+    for flag, given in (("--num-samples", args.num_samples != 100), ("--pair", args.pair != 0),
+                        ("--posterior importance", bool(importance)),
+                        ("--data", getattr(args, "data", None) is not None),
+                        ("--data-dir", getattr(args, "data_dir", None) is not None),
+                        ("--gold", getattr(args, "gold", None) is not None),
+                        ("--model", getattr(args, "model", None) is not None)):
+        if given:
+            raise UserError(f"{flag} does not apply to a wordalign run directory ({args.run}: "
+                            f"its chains are analysed as they were drawn)")
+    report = _read_json(Path(args.run) / "report.json")
+    if report.get("method") != "gibbs":
+        raise UserError(f"{args.run}: a wordalign run by {report.get('method')!r} has no "
+                        f"chains to analyse (only gibbs keeps its draws)")
+    try:
+        idata = arviz_api.from_netcdf(str(Path(args.run) / "posterior.nc"))
+    except Exception as e:  # a damaged or foreign file: name it
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise UserError(f"{args.run}/posterior.nc: not a readable netCDF posterior ({first})") \
+            from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {}
+    for group, name in (("posterior", "forward"), ("posterior_reverse", "reverse")):
+        if not arviz_api.has_group(idata, group):
+            continue
+        post = idata[group]
+        if "link_draw" not in post or "loglik" not in post:
+            raise UserError(f"{args.run}/posterior.nc: group {group} has no link_draw / loglik "
+                            f"(not written by wordalign --method gibbs)")
+        track = np.asarray(post["link_draw"].values)
+        track = track.reshape(track.shape[0], track.shape[1], -1)
+        d = chain_diagnostics(track)
+        loglik = arviz_api.from_dict(posterior={"loglik": np.asarray(post["loglik"].values)})
+        if track.shape[0] > 1:
+            s = arviz_api.summary(loglik, kind="diagnostics")
+            d["loglik_rhat"] = float(s["r_hat"].iloc[0])
+            d["loglik_ess_bulk"] = float(s["ess_bulk"].iloc[0])
+        result[name] = d
+        print(f"{name}: {track.shape[0]} chains × {track.shape[1]} draws, {track.shape[2]} "
+              f"tracked words — settled {d.get('share_settled', float('nan')):.3f}, stuck "
+              f"{d.get('share_stuck', float('nan')):.3f}, moving "
+              f"{d.get('share_moving', float('nan')):.3f}; log-likelihood R-hat "
+              f"{d.get('loglik_rhat', float('nan')):.3f}"
+              + ("" if d["mixed"] is not False else f" — NOT MIXED: {d['advice']}"),
+              file=sys.stderr)
+        if name == "forward":
+            arviz_api.save_trace_plot(loglik, out / "trace.png")
+    (out / "wordalign_diagnostics.json").write_text(dumps(result, indent=1) + "\n",
+                                                    encoding="utf-8")
+    print(f"wrote {out / 'wordalign_diagnostics.json'}\nwrote {out / 'trace.png'}")
+    return 0
+
+
+def _read_json(path: Path) -> dict:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not a readable report ({e})") from None
+
+
 def cmd_analyze(args) -> int:
     from ..analysis import guide_diagnostics, plot_entropy, plot_pair_heatmaps, to_inference_data
 
     if args.num_samples <= 0:
         raise UserError(f"--num-samples must be at least 1, got {args.num_samples}")
     importance = posterior_options(args)
+    if is_wordalign_run(args.run):
+        return _analyze_wordalign(args, importance)
     run = load_run(args.run, args)
     if importance:
         from ..common.importance_weights import check_importance

@@ -29,6 +29,11 @@ def arviz_major() -> int:
     return int(_az().__version__.split(".")[0])
 
 
+def from_netcdf(path):
+    """``arviz.from_netcdf``: an InferenceData (netCDF: data, never code) read from ``path``."""
+    return _az().from_netcdf(str(path))
+
+
 def from_dict(**kwargs):
     """``arviz.from_dict``: groups as keywords (``posterior={name: [chain, draw, …] array}``,
     ``observed_data=…``), then ``coords``, ``dims``, ``attrs``."""

@@ -619,3 +619,43 @@ def test_wordalign_refuses_out_that_is_a_file(small, capsys):
     (small / "run").write_text("", encoding="utf-8")
     rc, _, err = _run(["wordalign", "-i", "corpus.txt", "--out", "run"], capsys)
     assert rc == 2 and err == "error: --out run: exists and is not a folder\n"
+
+
+def _wordalign_dir(folder, track, loglik, method="gibbs"):
+    """A run directory as ``wordalign --out`` writes one: report.json and posterior.nc."""
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"model": "hmm", "method": method}),
+                                        encoding="utf-8")
+    idata = arviz_api.from_dict(posterior={"loglik": loglik, "link_draw": track})
+    idata.to_netcdf(str(folder / "posterior.nc"))
+    return folder
+
+
+def test_analyze_reads_a_wordalign_run_directory(tmp_path, capsys):
+    """``analyze`` of a ``wordalign --out`` directory: the chains' diagnostics of its tracked
+    links, the same numbers as ``chain_diagnostics`` on the arrays written; options for a
+    model's run, a run with no chains and a damaged posterior refused in one line."""
+    from ppl_attention.numpyro.inference.word_alignment import chain_diagnostics
+
+    rng = np.random.default_rng(0)
+    track = np.concatenate([np.zeros((2, 40, 3), np.int32),
+                            np.stack([np.zeros((40, 1)), np.ones((40, 1))]).astype(np.int32),
+                            rng.integers(0, 3, (2, 40, 6)).astype(np.int32)], -1)
+    run = _wordalign_dir(tmp_path / "run", track, rng.normal(-100, 1, (2, 40)))
+    rc, out, err = _run(["analyze", str(run), "--out", str(tmp_path / "an")], capsys)
+    assert rc == 0, err
+    got = json.loads((tmp_path / "an" / "wordalign_diagnostics.json").read_text())["forward"]
+    want = chain_diagnostics(track)
+    for key in ("share_settled", "share_stuck", "share_moving", "disagreement_max", "mixed"):
+        assert got[key] == pytest.approx(want[key]), key
+    assert got["share_stuck"] == 0.1 and got["mixed"] is False and "NOT MIXED" in err
+    assert (tmp_path / "an" / "trace.png").stat().st_size > 0
+    rc, _, err = _run(["analyze", str(run), "--out", str(tmp_path / "an2"), "--pair", "2"],
+                      capsys)
+    assert rc == 2 and err.startswith("error: --pair does not apply to a wordalign run")
+    vb = _wordalign_dir(tmp_path / "vb", track, rng.normal(size=(2, 40)), method="vb")
+    rc, _, err = _run(["analyze", str(vb), "--out", str(tmp_path / "an3")], capsys)
+    assert rc == 2 and "has no chains to analyse" in err and err.count("\n") == 1
+    (run / "posterior.nc").write_bytes(b"not netcdf")
+    rc, _, err = _run(["analyze", str(run), "--out", str(tmp_path / "an4")], capsys)
+    assert rc == 2 and "not a readable netCDF posterior" in err and err.count("\n") == 1
