@@ -89,6 +89,7 @@ def _analyze_wordalign(args, importance) -> int:
 
     from ..common import arviz_api
     from ..core.jsonio import dumps
+    from ..data.corpus import atomic_write_text
     from ..numpyro.inference.word_alignment import chain_diagnostics
 
     for flag, given in (("--num-samples", args.num_samples != 100), ("--pair", args.pair != 0),
@@ -138,8 +139,7 @@ def _analyze_wordalign(args, importance) -> int:
               file=sys.stderr)
         if name == "forward":
             arviz_api.save_trace_plot(loglik, out / "trace.png")
-    (out / "wordalign_diagnostics.json").write_text(dumps(result, indent=1) + "\n",
-                                                    encoding="utf-8")
+    atomic_write_text(out / "wordalign_diagnostics.json", dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'wordalign_diagnostics.json'}\nwrote {out / 'trace.png'}")
     return 0
 

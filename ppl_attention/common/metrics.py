@@ -59,15 +59,20 @@ def alignment_scores(predicted: list[Links], sure: list[Links],
             "recall": a_s / n_s if n_s else 0.0}
 
 
+def _sources_by_target(links: Links) -> dict[int, set[int]]:
+    """``{target j: the source positions linked to it}``."""
+    out: dict[int, set[int]] = {}
+    for i, j in links:
+        out.setdefault(j, set()).add(i)
+    return out
+
+
 def link_segments(links: Links) -> set[tuple[int, int, int]]:
     """The segments of an alignment, ``{(target j, first source i, last source i)}``: each
     target token's linked source positions cut into maximal runs of consecutive positions."""
-    by_target: dict[int, list[int]] = {}
-    for i, j in links:
-        by_target.setdefault(j, []).append(i)
     out = set()
-    for j, sources in by_target.items():
-        sources = sorted(set(sources))
+    for j, sources in _sources_by_target(links).items():
+        sources = sorted(sources)
         start = prev = sources[0]
         for i in sources[1:] + [None]:
             if i is None or i != prev + 1:
@@ -103,13 +108,8 @@ def frame_accuracy(predicted: list[Links], gold: list[Links]) -> float:
         raise UserError(f"{len(predicted)} predicted alignments but {len(gold)} gold ones")
     right = total = 0
     for a, g in zip(predicted, gold):
-        by_target: dict[int, set[int]] = {}
-        for i, j in a:
-            by_target.setdefault(j, set()).add(i)
-        gold_by: dict[int, set[int]] = {}
-        for i, j in g:
-            gold_by.setdefault(j, set()).add(i)
-        for j, sources in gold_by.items():
+        by_target = _sources_by_target(a)
+        for j, sources in _sources_by_target(g).items():
             total += 1
             right += by_target.get(j, set()) == sources
     return right / total if total else 0.0

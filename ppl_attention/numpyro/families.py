@@ -457,6 +457,7 @@ class _SegmentAttention(Family):
         return coverage(jax_ops, self.selection(scores, mask).argmax())
 
     def weights(self, value, scores, mask):
+        """The coverage ``[..., T, S]`` of a selection ``value [..., T, S, m, 2, 2]``."""
         return coverage(jax_ops, jnp.asarray(value, scores.dtype))
 
     def context(self, value, values):

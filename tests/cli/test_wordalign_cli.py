@@ -491,8 +491,7 @@ def test_wordalign_scores_file_and_reliability(vb_run):
         assert {(i, j) for i, j in sc if i >= 0} == links
         assert sorted(j for _, j in sc) == list(range(len(tgt)))  # each target word once
         assert all(0 <= p <= 1 for p in sc.values())
-        # the MAP link is the most probable choice: above the 1/(S + 1) of a uniform one
-        assert all(p > 0 for p in sc.values())
+        assert all(p > 0 for p in sc.values())  # a chosen link or NULL never has mass 0
     report = json.loads((d / "rundir" / "report.json").read_text(encoding="utf-8"))
     from ppl_attention.data.parallel import read_gold
 
