@@ -2,8 +2,9 @@
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
 the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
-sites (l1–l7), of attention over segments (g1, g2), run the tests that should
-catch it, report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
+sites (l1–l7), of attention over segments (g1, g2), of trained tables as a prior (k1–k3),
+run the tests that should catch it, report, and restore the file:
+``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
 tests/pyro/test_meta_device.py.
@@ -234,6 +235,17 @@ FAULTS = [
   "    settled, stuck = within & agree, within & ~agree",
   "    settled, stuck = within & agree, within & ~agree & False",
   "tests/numpyro/test_chain_diagnostics.py"),
+ # the aligners' tables as the prior of new text (tests/cli/test_wordalign_tables.py)
+ ("k1", "ppl_attention/numpyro/aligners.py",
+  "    rest_shape = (n_tgt - k_e) * spec.alpha + outside\n",
+  "    rest_shape = (n_tgt - k_e) * spec.alpha + 0 * outside\n",
+  "tests/cli/test_wordalign_tables.py"),
+ ("k2", "ppl_attention/data/aligner_tables.py",
+  "    src = np.where(src == n_train, corpus.null, src)\n", "",
+  "tests/cli/test_wordalign_tables.py"),
+ ("k3", "ppl_attention/numpyro/aligners.py",
+  "    a0 = n_tgt * a + pr\n", "    a0 = n_tgt * a + 0 * pr\n",
+  "tests/cli/test_wordalign_tables.py"),
  # attention over segments (tests/structures/test_segment_attention.py)
  ("g1", "ppl_attention/structures/segment_selection.py",
   "        for d in range(min(j + 1, L)):",

@@ -28,7 +28,8 @@ def add_parsers(sub) -> None:
                        "write Pharaoh links", description=__doc__.splitlines()[0])
     p.add_argument("-i", "--input", required=True, help="parallel text, 'source ||| target' "
                    "per line (UTF-8, space-separated tokens)")
-    p.add_argument("--model", default="hmm", choices=("ibm1", "ibm2", "hmm"))
+    p.add_argument("--model", choices=("ibm1", "ibm2", "hmm"), help="default hmm; with "
+                   "--load, the tables' model")
     p.add_argument("--method", default="gibbs", choices=list(METHODS),
                    help="; ".join(f"{n}: {m.description}" for n, m in METHODS.items()))
     p.add_argument("-f", "--forward", help="write the forward links (each target word to a "
@@ -47,12 +48,20 @@ def add_parsers(sub) -> None:
                    "corpus: report AER, precision and recall of those lines on stderr")
     p.add_argument("--out", help="a run directory: the link posteriors, traces and report "
                    "(report.json, posterior.nc)")
-    p.add_argument("--alpha", type=float, default=0.01, help="translation Dirichlet "
-                   "concentration per target word")
-    p.add_argument("--gamma", type=float, default=1.0, help="distortion / jump Dirichlet "
-                   "concentration")
-    p.add_argument("--max-jump", type=int, default=8, help="jumps and displacements clipped to "
-                   "[-D, D]")
+    p.add_argument("--save", metavar="DIR", help="write the trained tables here (tables.npz, "
+                   "meta.json and eflomal.priors: plain data), for --load")
+    p.add_argument("--load", metavar="DIR", help="align the input with tables a --save wrote: "
+                   "their counts become the prior (Gibbs or VB on the input only; a word they "
+                   "never saw keeps --alpha; the chains start from the tables' means); the "
+                   "model and its options are the tables'")
+    p.add_argument("--priors", metavar="FILE", help="eflomal's priors file (eflomal-makepriors "
+                   "format: LEX, HMMF, HMMR lines) as pseudo-counts of the prior")
+    for flag, kind, default, text in (
+            ("--alpha", float, 0.01, "translation Dirichlet concentration per target word"),
+            ("--gamma", float, 1.0, "distortion / jump Dirichlet concentration"),
+            ("--max-jump", int, 8, "jumps and displacements clipped to [-D, D]")):
+        p.add_argument(flag, type=kind, help=f"{text} (default {default}; with --load, the "
+                       f"tables')")
     p.add_argument("--threshold", type=float, help="links where the posterior marginal reaches "
                    "this (default: each target word's most probable position, none if NULL)")
     for name in OPTIONS:
@@ -87,13 +96,55 @@ def _writable(path, what):
     return path
 
 
+#: the aligner's options and their defaults (``--load``: the tables' instead)
+SPEC_DEFAULTS = {"model": "hmm", "alpha": 0.01, "gamma": 1.0, "max_jump": 8}
+
+
+def _resolve_tables(args) -> dict | None:
+    """The aligner's options (``args`` updated) and, with ``--load`` or ``--priors``, each
+    direction's tables of pseudo-counts — read and checked before any work."""
+    from ..data.aligner_tables import load_tables, read_eflomal_priors
+
+    if args.load and args.priors:
+        raise UserError("--load and --priors: give one (both are the prior's pseudo-counts)")
+    if args.load:
+        saved = load_tables(args.load)
+        for k in SPEC_DEFAULTS:
+            given, theirs = getattr(args, k), saved.meta[k]
+            if given is not None and given != theirs:
+                flag = "--" + k.replace("_", "-")
+                raise UserError(f"{flag} {given}: the tables in {args.load} are {flag} {theirs} "
+                                f"(--load takes the model and its options from the tables)")
+            setattr(args, k, theirs)
+        if (args.reverse or args.symmetrize) and "reverse" not in saved.directions:
+            raise UserError(f"--load {args.load}: its tables are of the forward direction only "
+                            f"(saved without -r / --symmetrize), so -r / --symmetrize cannot run")
+        return saved.directions
+    for k, v in SPEC_DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.priors:
+        tables, unused = read_eflomal_priors(args.priors, args.model, args.max_jump)
+        if unused:
+            print(f"[wordalign] --priors {args.priors}: not used by --model {args.model}: "
+                  + ", ".join(f"{n} {k} lines" for k, n in unused.items())
+                  + " (fertility priors need a fertility model; jump priors an IBM2/HMM)",
+                  file=sys.stderr)
+        return tables
+    return None
+
+
 def check_wordalign(args):
-    """Everything that can be refused before any work: the options, the input (named by
-    line), the gold, the output paths. Returns (pairs, gold or None, options)."""
+    """Everything that can be refused before any work: the options, the tables or priors to
+    load, the input (named by line), the gold, the output paths. Returns (pairs, gold or None,
+    options, tables or None)."""
     from ..data.parallel import read_gold, read_parallel
     from ..numpyro.aligners import aligner
 
     opts = _method_options(args)
+    tables = _resolve_tables(args)
+    if tables is not None and "init_sweeps" in opts and args.init_sweeps is None:
+        opts["init_sweeps"] = 0  # the chains start from the tables' means, not IBM1's
     aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -102,12 +153,13 @@ def check_wordalign(args):
     if args.output and not args.symmetrize:
         raise UserError("--output writes the symmetrized links: give --symmetrize too")
     if not (args.forward or args.reverse or args.symmetrize or args.gold or args.out
-            or args.scores):
-        raise UserError("nothing to write: give -f, -r, --symmetrize, --scores, --gold or "
-                        "--out")
+            or args.scores or args.save):
+        raise UserError("nothing to write: give -f, -r, --symmetrize, --scores, --gold, --out "
+                        "or --save")
     written = {}
     for path, what in ((args.forward, "-f"), (args.reverse, "-r"), (args.output, "-o"),
-                       (args.scores, "--scores"), (args.out, "--out")):
+                       (args.scores, "--scores"), (args.out, "--out"), (args.save, "--save"),
+                       (args.load, "--load"), (args.priors, "--priors")):
         if path is None:
             continue
         key = Path(path).expanduser().resolve()
@@ -116,22 +168,26 @@ def check_wordalign(args):
         if key in written:
             raise UserError(f"{what} {path}: also given to {written[key]}")
         written[key] = what
-        if what != "--out":
+        if what in ("-f", "-r", "-o", "--scores"):
             _writable(path, what)
-    if args.out and Path(args.out).exists():
-        if not Path(args.out).is_dir():
-            raise UserError(f"--out {args.out}: exists and is not a folder")
-        if any(Path(args.out).iterdir()):
-            raise UserError(f"--out {args.out}: exists and is not empty")
+    for path, what in ((args.out, "--out"), (args.save, "--save")):
+        if path and Path(path).exists():
+            if not Path(path).is_dir():
+                raise UserError(f"{what} {path}: exists and is not a folder")
+            if any(Path(path).iterdir()):
+                raise UserError(f"{what} {path}: exists and is not empty")
+        if path and not Path(path).parent.exists():
+            raise UserError(f"{what} {path}: folder {Path(path).parent} does not exist")
     pairs = read_parallel(args.input)
     gold = read_gold(args.gold, pairs, prefix=True) if args.gold else None
-    return pairs, gold, opts
+    return pairs, gold, opts, tables
 
 
-def _gibbs(wa, spec, corpus, opts, seed) -> dict:
+def _gibbs(wa, spec, corpus, opts, seed, prior) -> dict:
     res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["warmup"],
                        samples=opts["samples"], thinning=opts["thin"], seed=seed,
-                       track=opts["track"], init_sweeps=opts["init_sweeps"], release_host=True)
+                       track=opts["track"], init_sweeps=opts["init_sweeps"], release_host=True,
+                       prior=prior)
     if opts["chains"] > 1:
         res["diagnostics"] = {**wa.link_rhat(res["traces"]["track"]),
                               **wa.chain_diagnostics(res["traces"]["track"])}
@@ -140,29 +196,41 @@ def _gibbs(wa, spec, corpus, opts, seed) -> dict:
     return res
 
 
-def _vb(wa, spec, corpus, opts, seed) -> dict:
+def _vb(wa, spec, corpus, opts, seed, prior) -> dict:
     return wa.run_vb(spec, corpus, iterations=opts["iterations"], tol=opts["tol"],
-                     release_host=True)
+                     release_host=True, prior=prior)
 
 
-def _svb(wa, spec, corpus, opts, seed) -> dict:
+def _svb(wa, spec, corpus, opts, seed, prior) -> dict:
     return wa.run_svb(spec, corpus, epochs=opts["epochs"], tau=opts["tau"],
-                      kappa=opts["kappa"], seed=seed)
+                      kappa=opts["kappa"], seed=seed, prior=prior)
 
 
-#: each registry method's runner: (word_alignment module, aligner, corpus, options, seed) →
-#: result (tests/cli/test_method_registry.py checks that the keys are the registry's)
+#: each registry method's runner: (word_alignment module, aligner, corpus, options, seed,
+#: prior pseudo-counts or None) → result (tests/cli/test_method_registry.py checks that the
+#: keys are the registry's)
 RUNNERS = {"gibbs": _gibbs, "vb": _vb, "svb": _svb}
 
 
-def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=False):
+def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=False,
+           tables=None, save=False):
+    """One direction: ``tables`` (saved tables or priors, :mod:`~ppl_attention.data.
+    aligner_tables`) the prior's pseudo-counts; ``save``: the posterior's tables (the
+    pseudo-counts plus this text's expected counts) in ``res["tables"]``."""
+    from ..data.aligner_tables import merge_tables, prior_for_corpus, tables_from_corpus
     from ..data.indexed import index_pairs
     from ..numpyro.inference import word_alignment as wa
 
-    corpus, _, _ = index_pairs(pairs, batch=batch_size)
+    corpus, src_words, tgt_words = index_pairs(
+        pairs, batch=batch_size, src_vocab=tables.src_words if tables else None,
+        tgt_vocab=tables.tgt_words if tables else None)
     print(f"[wordalign] {desc}: {corpus.n_pairs} pairs, {corpus.n_cells} word pairs "
           f"co-occurring, {len(corpus.classes)} shape classes", file=sys.stderr)
-    res = RUNNERS[method](wa, spec, corpus, opts, seed)
+    prior = prior_for_corpus(tables, corpus) if tables else None
+    res = RUNNERS[method](wa, spec, corpus, opts, seed, prior)
+    if save:
+        new = tables_from_corpus(corpus, src_words, tgt_words, *res["counts"])
+        res["tables"] = merge_tables(tables, new) if tables else new
     found = wa.links_from_marginals(corpus, res.pop("marginals"), threshold, scores)
     res["links"], res["scores"] = found if scores else (found, None)
     del corpus
@@ -180,11 +248,13 @@ def cmd_wordalign(args) -> int:
     from ..data.pharaoh import format_pharaoh, parse_pharaoh_line, write_pharaoh
     from ..numpyro.aligners import aligner
 
-    pairs, gold, opts = check_wordalign(args)
+    pairs, gold, opts, tables = check_wordalign(args)
     spec = aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
     both = bool(args.reverse or args.symmetrize)
+    tables = tables or {}
     fwd = _align(spec, args.method, opts, pairs, args.batch_size, args.seed, args.threshold,
-                 "forward", scores=bool(args.scores))
+                 "forward", scores=bool(args.scores), tables=tables.get("forward"),
+                 save=bool(args.save))
     if args.scores:
         from ..data.corpus import atomic_write_text
         from ..data.pharaoh import format_scores
@@ -192,12 +262,17 @@ def cmd_wordalign(args) -> int:
         atomic_write_text(args.scores, "".join(format_scores(sc) + "\n"
                                                for sc in fwd["scores"]))
     report = {"model": args.model, "method": args.method, "options": opts,
+              "alpha": args.alpha, "gamma": args.gamma, "max_jump": args.max_jump,
               "n_pairs": len(pairs), "forward_seconds": fwd["seconds"]}
+    for flag in ("load", "priors", "save"):
+        if getattr(args, flag):
+            report[flag] = str(getattr(args, flag))
     # kept as Pharaoh lines while the other direction runs (a tenth of the sets' memory)
     forward_lines = [format_pharaoh(a) for a in fwd.pop("links")]
     if both:
         rev = _align(spec, args.method, opts, [(t, s) for s, t in pairs], args.batch_size,
-                     args.seed + 1, args.threshold, "reverse")
+                     args.seed + 1, args.threshold, "reverse", tables=tables.get("reverse"),
+                     save=bool(args.save))
         report["reverse_seconds"] = rev["seconds"]
     results = {"forward": [parse_pharaoh_line(line, "forward") for line in forward_lines]}
     del forward_lines
@@ -251,6 +326,17 @@ def cmd_wordalign(args) -> int:
                           f"links, mean posterior {row['mean_posterior']:.3f}, gold "
                           f"{row['gold_share']:.3f}", file=sys.stderr)
     fwd.pop("scores", None)
+    if args.save:
+        from ..data.aligner_tables import SavedTables, save_tables
+
+        saved = {"forward": fwd.pop("tables")}
+        if both:
+            saved["reverse"] = rev.pop("tables")
+        meta = {k: getattr(args, k) for k in SPEC_DEFAULTS}
+        meta.update(method=args.method, n_pairs=len(pairs),
+                    trained_on=str(args.input), prior=report.get("load") or report.get("priors"))
+        save_tables(args.save, SavedTables(meta, saved))
+        print(f"[wordalign] tables saved to {args.save} ({', '.join(saved)})", file=sys.stderr)
     if args.out:
         _save_run(Path(args.out), report, fwd, rev if both else None)
     print(jsonio.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),

@@ -155,11 +155,12 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
                          (unique % n_tgt).astype(np.int32), classes, src_len, tgt_len)
 
 
-def index_pairs(pairs, batch: int = 1024, multiple: int = 8):
+def index_pairs(pairs, batch: int = 1024, multiple: int = 8, src_vocab=None, tgt_vocab=None):
     """(:class:`IndexedCorpus`, source words, target words) of token pairs: ids in order of
-    first appearance."""
-    src_words: dict[str, int] = {}
-    tgt_words: dict[str, int] = {}
+    first appearance — after ``src_vocab`` / ``tgt_vocab`` (lists of words, e.g. saved tables'),
+    which keep their ids 0 … n − 1 whether the pairs use them or not."""
+    src_words: dict[str, int] = {w: i for i, w in enumerate(src_vocab or ())}
+    tgt_words: dict[str, int] = {w: i for i, w in enumerate(tgt_vocab or ())}
     src = [np.array([src_words.setdefault(w, len(src_words)) for w in s], np.int32)
            for s, _ in pairs]
     tgt = [np.array([tgt_words.setdefault(w, len(tgt_words)) for w in t], np.int32)

@@ -31,6 +31,7 @@ then NULL). A batch is a dict of ``src [B, S1]``, ``src_mask``, ``tgt [B, T]``, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,7 @@ from jax.scipy.special import digamma, gammaln
 
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
+from ..data.aligner_tables import ALIGNERS, n_buckets
 from ..structures import jax_ops
 from ..structures.linear_chain import chain_forward
 from ..structures.semirings import PROB
@@ -45,9 +47,9 @@ from ..structures.semirings import PROB
 __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_translation",
            "expected_log_translation",
            "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
-           "batch_step", "uniform_tables"]
+           "batch_step", "uniform_tables", "TablePrior", "posterior_mean_log_translation",
+           "posterior_mean_log_buckets"]
 
-ALIGNERS = ("ibm1", "ibm2", "hmm")
 NEG = LOG_ZERO
 
 
@@ -71,7 +73,7 @@ class AlignerSpec:
 
     @property
     def n_buckets(self) -> int:
-        return 0 if self.model == "ibm1" else 2 * self.max_jump + 2
+        return n_buckets(self.model, self.max_jump)
 
     @property
     def null_bucket(self) -> int:
@@ -134,59 +136,109 @@ def log_gamma_draws(key, shape_param):
     return jnp.where(boost, out + jnp.log(u) / a, out)
 
 
-def sample_translation(key, spec, counts, cell_src, n_src: int, n_tgt: int):
-    """log θ_c of a draw of every row's Dirichlet(α + counts) posterior, sparse: ``counts [C]``
-    the links of each cell; the row's cells beyond its k_e co-occurring ones drawn as one
-    Gamma((V_f − k_e)·α)."""
+class TablePrior(NamedTuple):
+    """Pseudo-counts added to the Dirichlet priors — tables trained on other text
+    (``wordalign --load``) or an eflomal priors file (``--priors``): ``cells [C]`` each cell's,
+    ``rows [n_src]`` each row's total over *all* its pseudo-counts (those outside the corpus's
+    cells included, so a row keeps the mass it had), ``buckets [K]`` the buckets'. The prior
+    becomes θ_e ~ Dirichlet(α + p_e), δ ~ Dirichlet(γ + p_δ); a pair (e, f) with no pseudo-count
+    (an unseen word) keeps α."""
+
+    cells: jax.Array
+    rows: jax.Array
+    buckets: jax.Array
+
+
+def _prior_parts(prior, counts, cell_src, n_src):
+    """(cell pseudo-counts [C], row pseudo-count totals [n_src]) — zeros without a prior."""
+    if prior is None:
+        return jnp.zeros_like(counts), jnp.zeros(n_src, counts.dtype)
+    return prior.cells.astype(counts.dtype), prior.rows.astype(counts.dtype)
+
+
+def sample_translation(key, spec, counts, cell_src, n_src: int, n_tgt: int, prior=None):
+    """log θ_c of a draw of every row's Dirichlet(α + p + counts) posterior, sparse: ``counts
+    [C]`` the links of each cell, ``prior`` a :class:`TablePrior` (or None: p = 0); the row's
+    entries beyond its k_e cells drawn as one Gamma((V_f − k_e)·α + p_e − Σ_c∈e p_c) (a sum of
+    independent Gammas of one rate is one Gamma)."""
     k1, k2 = jax.random.split(key)
-    log_g = log_gamma_draws(k1, spec.alpha + counts)
+    pc, pr = _prior_parts(prior, counts, cell_src, n_src)
+    log_g = log_gamma_draws(k1, spec.alpha + pc + counts)
     k_e = jnp.bincount(cell_src, length=n_src)
-    rest_shape = jnp.maximum((n_tgt - k_e) * spec.alpha, 1e-30).astype(log_g.dtype)
-    log_rest = jnp.where(n_tgt > k_e, log_gamma_draws(k2, rest_shape), NEG)
+    outside = jnp.maximum(pr - jax.ops.segment_sum(pc, cell_src, num_segments=n_src), 0.0)
+    rest_shape = (n_tgt - k_e) * spec.alpha + outside
+    has_rest = rest_shape > 0
+    log_rest = jnp.where(has_rest, log_gamma_draws(k2, jnp.maximum(rest_shape, 1e-30).astype(
+        log_g.dtype)), NEG)
     row = _segment_logsumexp(log_g, cell_src, n_src)
     log_z = jnp.logaddexp(row, log_rest)
     return log_g - log_z[cell_src]
 
 
-def expected_log_translation(spec, counts, cell_src, n_src: int, n_tgt: int):
-    """E_q[log θ_c] under q(θ_e) = Dirichlet(α + n̄_e): ψ(α + n̄_c) − ψ(V_f·α + Σ_c∈e n̄_c)."""
+def expected_log_translation(spec, counts, cell_src, n_src: int, n_tgt: int, prior=None):
+    """E_q[log θ_c] under q(θ_e) = Dirichlet(α + p_e + n̄_e): ψ(α + p_c + n̄_c) − ψ(V_f·α + p_e
+    + Σ_c∈e n̄_c), p the ``prior``'s pseudo-counts (0 without one)."""
+    pc, pr = _prior_parts(prior, counts, cell_src, n_src)
     total = jax.ops.segment_sum(counts, cell_src, num_segments=n_src)
-    return digamma(spec.alpha + counts) - digamma(n_tgt * spec.alpha + total)[cell_src]
+    return digamma(spec.alpha + pc + counts) - digamma(n_tgt * spec.alpha + pr + total)[cell_src]
 
 
-def translation_kl(spec, counts, cell_src, n_src: int, n_tgt: int):
-    """Σ_e KL(Dirichlet(α + n̄_e) ‖ Dirichlet(α)) over the rows; the entries outside the cells
-    have n̄ = 0 and contribute nothing."""
+def posterior_mean_log_translation(spec, counts, cell_src, n_src: int, n_tgt: int,
+                                   prior=None):
+    """log E[θ_c] = log (α + p_c + n_c) − log (V_f·α + p_e + n_e) of the rows' Dirichlet
+    posteriors given the cells' (expected) counts ``[C]``."""
+    pc, pr = _prior_parts(prior, counts, cell_src, n_src)
+    total = jax.ops.segment_sum(counts, cell_src, num_segments=n_src)
+    return jnp.log(spec.alpha + pc + counts) - jnp.log(n_tgt * spec.alpha + pr + total)[cell_src]
+
+
+def translation_kl(spec, counts, cell_src, n_src: int, n_tgt: int, prior=None):
+    """Σ_e KL(Dirichlet(α + p_e + n̄_e) ‖ Dirichlet(α + p_e)) over the rows; the entries outside
+    the cells have n̄ = 0 and contribute nothing."""
     a = spec.alpha
+    pc, pr = _prior_parts(prior, counts, cell_src, n_src)
     total = jax.ops.segment_sum(counts, cell_src, num_segments=n_src)
-    psi_tot = digamma(n_tgt * a + total)
-    per_row = gammaln(n_tgt * a + total) - gammaln(n_tgt * a)
-    per_cell = -(gammaln(a + counts) - gammaln(a)) + counts * (digamma(a + counts)
-                                                              - psi_tot[cell_src])
+    a0 = n_tgt * a + pr
+    psi_tot = digamma(a0 + total)
+    per_row = gammaln(a0 + total) - gammaln(a0)
+    per_cell = -(gammaln(a + pc + counts) - gammaln(a + pc)) + counts * (
+        digamma(a + pc + counts) - psi_tot[cell_src])
     return per_row.sum() + per_cell.sum()
 
 
-def sample_buckets(key, spec, counts):
+def _bucket_prior(spec, counts, prior):
+    return spec.gamma + (0.0 if prior is None else prior.buckets.astype(counts.dtype))
+
+
+def sample_buckets(key, spec, counts, prior=None):
+    """log δ of a draw of Dirichlet(γ + p_δ + counts)."""
     if spec.n_buckets == 0:
         return jnp.zeros((0,), jnp.float32)
-    a = spec.gamma + counts
+    a = _bucket_prior(spec, counts, prior) + counts
     return jnp.log(jax.random.dirichlet(key, a, dtype=a.dtype))
 
 
-def expected_log_buckets(spec, counts):
+def expected_log_buckets(spec, counts, prior=None):
     if spec.n_buckets == 0:
         return jnp.zeros((0,), jnp.float32)
-    a = spec.gamma + counts
+    a = _bucket_prior(spec, counts, prior) + counts
     return digamma(a) - digamma(a.sum())
 
 
-def bucket_kl(spec, counts):
+def posterior_mean_log_buckets(spec, counts, prior=None):
+    if spec.n_buckets == 0:
+        return jnp.zeros((0,), jnp.float32)
+    a = _bucket_prior(spec, counts, prior) + counts
+    return jnp.log(a) - jnp.log(a.sum())
+
+
+def bucket_kl(spec, counts, prior=None):
+    """KL(Dirichlet(γ + p_δ + counts) ‖ Dirichlet(γ + p_δ))."""
     if spec.n_buckets == 0:
         return 0.0
-    g = spec.gamma
-    a = g + counts
-    K = spec.n_buckets
-    return (gammaln(a.sum()) - gammaln(K * g) - (gammaln(a) - gammaln(g)).sum()
+    a0 = _bucket_prior(spec, counts, prior) * jnp.ones_like(counts)
+    a = a0 + counts
+    return (gammaln(a.sum()) - gammaln(a0.sum()) - (gammaln(a) - gammaln(a0)).sum()
             + (counts * (digamma(a) - digamma(a.sum()))).sum())
 
 

@@ -333,7 +333,8 @@ REFUSALS = [
      "error: --kappa must be in (0.5, 1], got 0.4"),
     (["-f", "fwd", "-o", "sym"],
      "error: --output writes the symmetrized links: give --symmetrize too"),
-    ([], "error: nothing to write: give -f, -r, --symmetrize, --scores, --gold or --out"),
+    ([], "error: nothing to write: give -f, -r, --symmetrize, --scores, --gold, --out or "
+         "--save"),
     (["--scores", "corpus.txt"], "error: --scores corpus.txt: is the input -i"),
     (["-f", "fwd", "--scores", "fwd"], "error: --scores fwd: also given to -f"),
     (["-f", "missing/fwd"], "error: -f missing/fwd: folder missing does not exist"),

@@ -50,18 +50,34 @@ GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "mar
 FIELDS = ("src", "src_mask", "tgt", "tgt_mask", "cell")
 
 
-def device_corpus(corpus) -> tuple[dict, dict]:
+def device_corpus(corpus, prior=None) -> tuple[dict, dict]:
     """The corpus as (sizes, device arrays): ``n_src``, ``n_tgt``, ``n_cells`` (static), and
     its classes' stacked batches with the cell rows — passed to the compiled sweeps as
-    arguments, not folded into them as constants."""
-    return ({"n_src": corpus.n_src, "n_tgt": corpus.n_tgt, "n_cells": corpus.n_cells},
-            {"classes": [{k: jnp.asarray(getattr(c, k)) for k in FIELDS}
-                         for c in corpus.classes],
-             "cell_src": jnp.asarray(corpus.cell_src)})
+    arguments, not folded into them as constants; ``prior`` (a
+    :class:`~ppl_attention.numpyro.aligners.TablePrior` over this corpus's cells, from
+    :func:`~ppl_attention.data.aligner_tables.prior_for_corpus`) goes with them."""
+    arrays = {"classes": [{k: jnp.asarray(getattr(c, k)) for k in FIELDS}
+                          for c in corpus.classes],
+              "cell_src": jnp.asarray(corpus.cell_src)}
+    if prior is not None:
+        arrays["prior"] = al.TablePrior(*(jnp.asarray(x, jnp.float32) for x in prior))
+    return {"n_src": corpus.n_src, "n_tgt": corpus.n_tgt, "n_cells": corpus.n_cells}, arrays
 
 
 def _translation(fn, spec, counts, sizes, arrays):
-    return fn(spec, counts, arrays["cell_src"], sizes["n_src"], sizes["n_tgt"])
+    return fn(spec, counts, arrays["cell_src"], sizes["n_src"], sizes["n_tgt"],
+              prior=arrays.get("prior"))
+
+
+def _cell_counts(data, marginals, n_cells: int):
+    """The expected link count of every cell ``[C]`` from link marginals (per class ``[n, B,
+    S1, T]``, on the device): Σ over the corpus's (i, j) of the cell's marginal."""
+    total = jnp.zeros(n_cells, jnp.float32)
+    for cls, m in zip(data["classes"], marginals):
+        real = cls["src_mask"][..., :, None] & cls["tgt_mask"][..., None, :]
+        total = total + jax.ops.segment_sum(jnp.where(real, m, 0.0).ravel(),
+                                            cls["cell"].ravel(), num_segments=n_cells)
+    return total
 
 
 def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, marg=None,
@@ -129,11 +145,18 @@ class ConjugateGibbs(MCMCKernel):
         data, track = model_args[:2]
         self._num_warmup = num_warmup
         log_theta, log_dist = al.uniform_tables(self.spec, {**self.sizes, **data})
+        if data.get("prior") is not None:  # the tables trained elsewhere: their means
+            zero = jnp.zeros(self.sizes["n_cells"], jnp.float32)
+            log_theta = _translation(al.posterior_mean_log_translation, self.spec, zero,
+                                     self.sizes, data)
+            log_dist = al.posterior_mean_log_buckets(
+                self.spec, jnp.zeros(self.spec.n_buckets, jnp.float32), data["prior"])
         start = model_args[2] if len(model_args) > 2 else None
         if start is not None:  # tables to start from (another aligner's posterior mean)
             log_theta = start["log_theta"].astype(log_theta.dtype)
         marg = tuple(jnp.zeros(c["cell"].shape, self.marginal_dtype) for c in data["classes"])
         z = {"loglik": jnp.zeros((), log_theta.dtype), "log_dist": log_dist,
+             "bucket_counts": jnp.zeros((self.spec.n_buckets,), log_theta.dtype),
              "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
         if self.record_tables:
             z["log_theta"] = log_theta
@@ -147,10 +170,12 @@ class ConjugateGibbs(MCMCKernel):
         total, marg, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, sizes,
                                       data, "draw", track, marg=state.marg, keep=keep)
         marg = tuple(marg)
+        prior = data.get("prior")
         log_theta = al.sample_translation(k_theta, spec, total["drawn_cells"], data["cell_src"],
-                                          sizes["n_src"], sizes["n_tgt"])
-        log_dist = al.sample_buckets(k_dist, spec, total["drawn_buckets"])
-        z = {"loglik": total["loglik"], "log_dist": state.log_dist, "track": tracked}
+                                          sizes["n_src"], sizes["n_tgt"], prior)
+        log_dist = al.sample_buckets(k_dist, spec, total["drawn_buckets"], prior)
+        z = {"loglik": total["loglik"], "log_dist": state.log_dist,
+             "bucket_counts": total["drawn_buckets"], "track": tracked}
         if self.record_tables:  # the tables this sweep's alignments were drawn under
             z["log_theta"] = state.log_theta
         return GibbsState(state.i + 1, key, log_theta, log_dist, marg, z)
@@ -194,11 +219,10 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
 
 
 def posterior_mean_log_translation(spec: al.AlignerSpec, sizes: dict, data: dict, counts):
-    """log E[θ_c] = log (α + n_c) − log (V_f·α + n_e) of the rows' Dirichlet posteriors given
-    the cells' (expected) counts ``[C]``."""
-    total = jax.ops.segment_sum(counts, data["cell_src"], num_segments=sizes["n_src"])
-    return (jnp.log(spec.alpha + counts)
-            - jnp.log(sizes["n_tgt"] * spec.alpha + total)[data["cell_src"]])
+    """log E[θ_c] = log (α + p_c + n_c) − log (V_f·α + p_e + n_e) of the rows' Dirichlet
+    posteriors given the cells' (expected) counts ``[C]`` (p: the corpus's prior
+    pseudo-counts, if it has any)."""
+    return _translation(al.posterior_mean_log_translation, spec, counts, sizes, data)
 
 
 def ibm1_start(spec: al.AlignerSpec, sizes: dict, data: dict, sweeps: int = 5,
@@ -213,21 +237,23 @@ def ibm1_start(spec: al.AlignerSpec, sizes: dict, data: dict, sweeps: int = 5,
 
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
-              progress: bool = True, init_sweeps: int = 0, release_host: bool = False
-              ) -> dict:
+              progress: bool = True, init_sweeps: int = 0, release_host: bool = False,
+              prior=None) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
     :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another by NumPyro's
     ``MCMC`` (:func:`gibbs_chains`), started (``init_sweeps`` > 0, IBM2 / HMM) from
     :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are dropped once on
-    the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`).
-    Returns ``marginals`` (per class ``[n, B, S1, T]``,
-    averaged over chains and draws); ``traces``: ``loglik [chains, draws]``, ``track [chains,
-    draws, n_track]`` (the tracked words' drawn positions), ``log_dist [chains, draws, K]``;
-    ``seconds``."""
+    the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`);
+    ``prior``: pseudo-counts from tables trained elsewhere (:func:`device_corpus`), the chains
+    started from their posterior means. Returns ``marginals`` (per class ``[n, B, S1, T]``,
+    averaged over chains and draws); ``counts``: the posterior mean counts (cells ``[C]``
+    from the marginals, buckets ``[K]`` the drawn counts' mean) — the tables to save;
+    ``traces``: ``loglik [chains, draws]``, ``track [chains, draws, n_track]`` (the tracked
+    words' drawn positions), ``log_dist [chains, draws, K]``, ``bucket_counts``; ``seconds``."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1), init_sweeps=(init_sweeps, 0))
     enable_compilation_cache()
-    sizes, data = device_corpus(corpus)
+    sizes, data = device_corpus(corpus, prior)
     idx = _track_indices(corpus, track, seed)
     if release_host:
         corpus.release_batches()
@@ -238,12 +264,17 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
                         thinning=thinning, seed=seed, progress=progress, start=start)
     z = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
-    marg = []
-    for m in mcmc.last_state.marg:  # summed over chains on device, one class at a time
-        m = m.reshape(chains, *m.shape[-4:]).sum(0, dtype=jnp.float32)
-        marg.append(np.asarray(m / (kept * chains)))
+    marg, cells = [], jnp.zeros(sizes["n_cells"], jnp.float32)
+    for cls, m in zip(data["classes"], mcmc.last_state.marg):  # one class at a time
+        m = m.reshape(chains, *m.shape[-4:]).sum(0, dtype=jnp.float32) / (kept * chains)
+        cells = cells + _cell_counts({"classes": [cls]}, [m], sizes["n_cells"])
+        marg.append(np.asarray(m))
     del mcmc  # its last state holds every chain's accumulators
-    return {"marginals": marg, "traces": z, "seconds": time.perf_counter() - t0,
+    drawn = z["bucket_counts"]  # [chains, draws, K]
+    counts = (np.asarray(cells), drawn.mean((0, 1)) if drawn.size else
+              np.zeros(spec.n_buckets, np.float32))
+    return {"marginals": marg, "counts": counts, "traces": z,
+            "seconds": time.perf_counter() - t0,
             "track_indices": [np.asarray(i) for i in idx]}
 
 
@@ -360,10 +391,10 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
     @jax.jit
     def e_step(counts_c, counts_b, data):
         lt = _translation(al.expected_log_translation, spec, counts_c, sizes, data)
-        ld = al.expected_log_buckets(spec, counts_b)
+        ld = al.expected_log_buckets(spec, counts_b, data.get("prior"))
         total, probs, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, sizes, data, "expect")
         kl = _translation(al.translation_kl, spec, counts_c, sizes, data) + \
-            al.bucket_kl(spec, counts_b)
+            al.bucket_kl(spec, counts_b, data.get("prior"))
         return total, probs, total["loglik"] - kl
 
     elbo, probs = [], None
@@ -382,12 +413,12 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
 
 
 def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6,
-           progress: bool = True, release_host: bool = False) -> dict:
+           progress: bool = True, release_host: bool = False, prior=None) -> dict:
     """:func:`vb_sweeps` on an :class:`~ppl_attention.data.indexed.IndexedCorpus`, timed
-    (``seconds``); ``release_host`` as :func:`run_gibbs`."""
+    (``seconds``); ``release_host`` and ``prior`` as :func:`run_gibbs`."""
     _check_counts(iterations=(iterations, 1))
     enable_compilation_cache()
-    sizes, data = device_corpus(corpus)
+    sizes, data = device_corpus(corpus, prior)
     if release_host:
         corpus.release_batches()
     t0 = time.perf_counter()
@@ -396,7 +427,7 @@ def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6
 
 
 def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
-            kappa: float = 0.7, seed: int = 0, progress: bool = True) -> dict:
+            kappa: float = 0.7, seed: int = 0, progress: bool = True, prior=None) -> dict:
     """Stochastic VB: each step one batch of the corpus (its expected counts scaled to the
     corpus), the natural parameters moved by ρ_t = (τ + t)^−κ; then one full E-step for the
     marginals. ``elbo``: the full ELBO after each epoch."""
@@ -404,17 +435,16 @@ def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
         raise UserError(f"--kappa must be in (0.5, 1] (Robbins–Monro), got {kappa}")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise UserError(f"--epochs must be an int ≥ 1, got {epochs!r}")
-    sizes, data = device_corpus(corpus)
+    sizes, data = device_corpus(corpus, prior)
     words = float(sum(int(c.tgt_mask.sum()) for c in corpus.classes))
     lam_c = jnp.zeros(sizes["n_cells"], jnp.float32)
     lam_b = jnp.zeros(spec.n_buckets, jnp.float32)
 
-    def step(b, cell_src, lam_c, lam_b, rho):
-        arrays = {"cell_src": cell_src}
+    def step(b, arrays, lam_c, lam_b, rho):
         lt = _translation(al.expected_log_translation, spec, lam_c, sizes, arrays)
         out = al.batch_step(spec, jax.random.PRNGKey(0), lt,
-                            al.expected_log_buckets(spec, lam_b), b, sizes["n_cells"],
-                            "expect")
+                            al.expected_log_buckets(spec, lam_b, arrays.get("prior")), b,
+                            sizes["n_cells"], "expect")
         scale = words / jnp.maximum(b["tgt_mask"].sum(), 1)
         return ((1 - rho) * lam_c + rho * scale * out["expected_cells"],
                 (1 - rho) * lam_b + rho * scale * out.get("expected_buckets", lam_b * 0))
@@ -429,23 +459,25 @@ def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
                           disable=not progress):
         for ci, n in (order[k] for k in rng.permutation(len(order))):
             b = {k: v[n] for k, v in data["classes"][ci].items()}
-            lam_c, lam_b = step(b, data["cell_src"], lam_c, lam_b, (tau + t) ** -kappa)
+            lam_c, lam_b = step(b, {k: v for k, v in data.items() if k != "classes"}, lam_c,
+                                lam_b, (tau + t) ** -kappa)
             t += 1
         elbo.append(float(elbo_fn(lam_c, lam_b, data)))
     lt = _translation(al.expected_log_translation, spec, lam_c, sizes, data)
     _, probs, _ = jax.jit(lambda a, b, d: _sweep(spec, jax.random.PRNGKey(0), a, b, sizes, d,
                                                  "expect"))(
-        lt, al.expected_log_buckets(spec, lam_b), data)
+        lt, al.expected_log_buckets(spec, lam_b, data.get("prior")), data)
     return {"marginals": [np.asarray(p) for p in probs], "elbo": elbo,
+            "counts": (np.asarray(lam_c), np.asarray(lam_b)),
             "seconds": time.perf_counter() - t0}
 
 
 def _elbo(spec, sizes, data, counts_c, counts_b):
     lt = _translation(al.expected_log_translation, spec, counts_c, sizes, data)
-    ld = al.expected_log_buckets(spec, counts_b)
+    ld = al.expected_log_buckets(spec, counts_b, data.get("prior"))
     total, _, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, sizes, data, "expect")
     return total["loglik"] - _translation(al.translation_kl, spec, counts_c, sizes, data) - \
-        al.bucket_kl(spec, counts_b)
+        al.bucket_kl(spec, counts_b, data.get("prior"))
 
 
 def links_from_marginals(corpus, marginals, threshold: float | None = None,
