@@ -300,7 +300,7 @@ def cmd_wordalign(args) -> int:
         if d.get("mixed") is not None:
             print(f"[wordalign] {name} chains: {100 * d['share_settled']:.1f} % of the tracked "
                   f"words settled, {100 * d['share_stuck']:.1f} % stuck, "
-                  f"{100 * d['share_moving']:.1f} % moving (R-hat ≤ {d['rhat_max_moving']}); "
+                  f"{100 * d['share_moving']:.1f} % moving (R-hat ≤ {_rhat(d)}); "
                   f"chains' disagreement mean {d['disagreement_mean']:.3f}, max "
                   f"{d['disagreement_max']:.3f}"
                   + ("" if d["mixed"] else f" — WARNING: {d['advice']}"), file=sys.stderr)
@@ -342,6 +342,11 @@ def cmd_wordalign(args) -> int:
     print(jsonio.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),
           file=sys.stderr)
     return 0
+
+
+def _rhat(d: dict) -> str:
+    r = d["rhat_max_moving"]
+    return r if isinstance(r, str) else f"{r:.3g}"
 
 
 def _save_run(out: Path, report, fwd, rev) -> None:
