@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..core import jsonio
 from ..core.errors import UserError
-from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, options_help
+from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, at_corpus, options_help
 
 #: the methods ``wordalign`` runs and the options each takes, with their defaults: the one
 #: method registry's (:data:`~ppl_attention.core.method_specs.GLOBAL_METHODS`, the same
@@ -100,9 +100,10 @@ def _writable(path, what):
 SPEC_DEFAULTS = {"model": "hmm", "alpha": 0.01, "gamma": 1.0, "max_jump": 8}
 
 
-def _resolve_tables(args) -> dict | None:
+def _resolve_tables(args) -> tuple[dict | None, int]:
     """The aligner's options (``args`` updated) and, with ``--load`` or ``--priors``, each
-    direction's tables of pseudo-counts — read and checked before any work."""
+    direction's tables of pseudo-counts — read and checked before any work —, and the pairs
+    the tables were trained on (0 without tables or for priors)."""
     from ..data.aligner_tables import load_tables, read_eflomal_priors
 
     if args.load and args.priors:
@@ -119,7 +120,8 @@ def _resolve_tables(args) -> dict | None:
         if (args.reverse or args.symmetrize) and "reverse" not in saved.directions:
             raise UserError(f"--load {args.load}: its tables are of the forward direction only "
                             f"(saved without -r / --symmetrize), so -r / --symmetrize cannot run")
-        return saved.directions
+        trained = saved.meta.get("n_pairs")
+        return saved.directions, trained if isinstance(trained, int) and trained > 0 else 0
     for k, v in SPEC_DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -128,10 +130,10 @@ def _resolve_tables(args) -> dict | None:
         if unused:
             print(f"[wordalign] --priors {args.priors}: not used by --model {args.model}: "
                   + ", ".join(f"{n} {k} lines" for k, n in unused.items())
-                  + " (fertility priors need a fertility model; jump priors an IBM2/HMM)",
+                  + " (fertility priors need a fertility model; jump priors the HMM)",
                   file=sys.stderr)
-        return tables
-    return None
+        return tables, 0
+    return None, 0
 
 
 def check_wordalign(args):
@@ -142,7 +144,7 @@ def check_wordalign(args):
     from ..numpyro.aligners import aligner
 
     opts = _method_options(args)
-    tables = _resolve_tables(args)
+    tables, trained_pairs = _resolve_tables(args)
     if tables is not None and "init_sweeps" in opts and args.init_sweeps is None:
         opts["init_sweeps"] = 0  # the chains start from the tables' means, not IBM1's
     aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
@@ -180,6 +182,8 @@ def check_wordalign(args):
             raise UserError(f"{what} {path}: folder {Path(path).parent} does not exist")
     pairs = read_parallel(args.input)
     gold = read_gold(args.gold, pairs, prefix=True) if args.gold else None
+    # sampling lengths scaled to the evidence: this text and the text the tables hold
+    opts = at_corpus(opts, len(pairs) + trained_pairs)
     return pairs, gold, opts, tables
 
 
@@ -190,7 +194,8 @@ def _gibbs(wa, spec, corpus, opts, seed, prior) -> dict:
                        prior=prior)
     if opts["chains"] > 1:
         res["diagnostics"] = {**wa.link_rhat(res["traces"]["track"]),
-                              **wa.chain_diagnostics(res["traces"]["track"])}
+                              **wa.chain_diagnostics(res["traces"]["track"],
+                                                     res.pop("agreement"))}
     else:
         res["diagnostics"] = None
     return res
@@ -250,6 +255,9 @@ def cmd_wordalign(args) -> int:
 
     pairs, gold, opts, tables = check_wordalign(args)
     spec = aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
+    print(f"[wordalign] {args.model} by {args.method}: "
+          + ", ".join(f"{METHOD_OPTIONS[k].flag} {v}" for k, v in opts.items()),
+          file=sys.stderr)
     both = bool(args.reverse or args.symmetrize)
     tables = tables or {}
     fwd = _align(spec, args.method, opts, pairs, args.batch_size, args.seed, args.threshold,
@@ -303,6 +311,10 @@ def cmd_wordalign(args) -> int:
                   f"{100 * d['share_moving']:.1f} % moving (R-hat ≤ {_rhat(d)}); "
                   f"chains' disagreement mean {d['disagreement_mean']:.3f}, max "
                   f"{d['disagreement_max']:.3f}"
+                  + (f"; over all {d['words']} target words, the chains' link marginals "
+                     f"{d['marginal_tv_mean']:.3f} apart on average (total variation), "
+                     f"{100 * d['share_marginal_tv_over']:.1f} % over {_tv_limit()}"
+                     if "words" in d else "")
                   + ("" if d["mixed"] else f" — WARNING: {d['advice']}"), file=sys.stderr)
         if res.get("elbo"):
             report[f"{name}_elbo"] = res["elbo"]
@@ -342,6 +354,12 @@ def cmd_wordalign(args) -> int:
     print(jsonio.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),
           file=sys.stderr)
     return 0
+
+
+def _tv_limit() -> float:
+    from ..numpyro.inference.word_alignment import TV_LIMIT
+
+    return TV_LIMIT
 
 
 def _rhat(d: dict) -> str:

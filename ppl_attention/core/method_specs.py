@@ -34,6 +34,7 @@ REINFORCE baseline the capability ``soft-likelihood``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -224,6 +225,27 @@ METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
                  exclusive=True, maximum=1),
 ]}
 
+@dataclass(frozen=True)
+class PerCorpus:
+    """A default that scales with the corpus, as eflomal's sampling lengths do: ``max(floor,
+    round(scale / √pairs))`` sweeps — more on a small corpus, whose posterior is broad, fewer
+    on a large one (10,000 pairs: 2,500 / 100 = 25; 100,000 pairs: 8)."""
+
+    scale: float
+    floor: int
+
+    def at(self, pairs: int) -> int:
+        return max(self.floor, round(self.scale / math.sqrt(max(pairs, 1))))
+
+    def __str__(self) -> str:
+        return f"{self.scale:g}/√pairs (at least {self.floor})"
+
+
+def at_corpus(options: dict, pairs: int) -> dict:
+    """``options`` with every :class:`PerCorpus` default resolved for a corpus of ``pairs``."""
+    return {k: v.at(pairs) if isinstance(v, PerCorpus) else v for k, v in options.items()}
+
+
 #: the commands a method for global latents can serve
 COMMANDS = ("train", "wordalign")
 
@@ -289,8 +311,9 @@ GLOBAL_METHODS: dict[str, GlobalMethodSpec] = {m.name: m for m in [
                      "from their Dirichlet posteriors (conjugate aligners; NumPyro MCMC with a "
                      "conjugate kernel)", "mcmc",
                      {"train": {"chains": 4, "warmup": 200, "samples": 1000},
-                      "wordalign": {"chains": 2, "warmup": 50, "samples": 50, "thin": 1,
-                                    "track": 1000, "init_sweeps": 5}},
+                      "wordalign": {"chains": 2, "warmup": PerCorpus(2500, 2),
+                                    "samples": PerCorpus(2500, 2), "thin": 1, "track": 1000,
+                                    "init_sweeps": 5}},
                      kernel="Gibbs", requires="conjugate"),
     GlobalMethodSpec("vb", "mean-field variational Bayes, closed-form coordinate ascent "
                      "(conjugate aligners)", "vb",

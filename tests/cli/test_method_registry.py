@@ -30,11 +30,23 @@ def test_train_and_wordalign_read_the_same_declarations(capsys):
     align = _help(capsys, ["wordalign"])
     for text, command in ((train, "train"), (align, "wordalign")):
         assert " ".join(options_help("warmup", command).split()) in text
-    assert "gibbs 200" in train and "gibbs 50" in align  # each command's own default, declared once
+    # each command's own default, declared once; wordalign's sweeps scale with the corpus
+    assert "gibbs 200" in train and "gibbs 2500/√pairs (at least 2)" in align
     assert "--warmup" in train and "--warmup" in align
     # every wordalign method has a runner, and every runner is a registry method
     assert set(cli_wordalign.RUNNERS) == {n for n, m in GLOBAL_METHODS.items()
                                          if m.serves("wordalign")}
+
+
+def test_sweeps_scale_with_the_corpus_as_eflomals():
+    """eflomal's sampling length, 5000/√pairs sweeps in all: half warm-up, half kept."""
+    from ppl_attention.core.method_specs import at_corpus
+
+    opts = global_method("gibbs").resolve("wordalign", {})
+    assert {n: at_corpus(opts, n)["warmup"] for n in (1, 100, 10_000, 100_000, 10**8)} == \
+        {1: 2500, 100: 250, 10_000: 25, 100_000: 8, 10**8: 2}
+    given = global_method("gibbs").resolve("wordalign", {"samples": 7})
+    assert at_corpus(given, 100_000)["samples"] == 7 and at_corpus(given, 100)["warmup"] == 250
 
 
 def test_a_method_takes_only_its_options():

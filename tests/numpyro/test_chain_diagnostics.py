@@ -45,3 +45,52 @@ def test_chains_apart_but_moving_are_not_mixed():
 def test_one_chain_has_nothing_to_compare():
     d = chain_diagnostics(np.zeros((1, 10, 3), int))
     assert d["mixed"] is None and "--chains 2" in d["advice"]
+
+
+def test_chains_tv_of_link_marginals_against_numpy():
+    """``_chains_tv``: per target word the largest total variation between two chains' link
+    marginals, written out here over 3 chains' accumulated counts."""
+    import jax.numpy as jnp
+
+    from ppl_attention.numpyro.inference.word_alignment import _chains_tv
+
+    rng = np.random.default_rng(2)
+    kept = 10
+    m = np.stack([rng.multinomial(kept, [0.2, 0.5, 0.3], size=(2, 3, 4)) for _ in range(3)])
+    m = np.moveaxis(m, -1, -2)  # [chains, n, B, S1 = 3, T = 4]
+    want = np.zeros((2, 3, 4))
+    for a in range(3):
+        for b in range(a + 1, 3):
+            want = np.maximum(want, 0.5 * np.abs(m[a] - m[b]).sum(-2) / kept)
+    np.testing.assert_allclose(np.asarray(_chains_tv(jnp.asarray(m, jnp.int16), kept)), want,
+                               rtol=1e-6)
+
+
+def test_corpus_wide_disagreement_flags_a_run():
+    """Tracked words that all agree, but 2 % of the corpus's words whose chains' marginals lie
+    further apart than the limit: not mixed, and the advice says so."""
+    rng = np.random.default_rng(1)
+    track = np.concatenate([np.full((4, 400, 2), 1), rng.integers(0, 4, (4, 400, 8))], -1)
+    agreement = {"words": 5000, "marginal_tv_mean": 0.02, "marginal_tv_max": 0.9,
+                 "share_marginal_tv_over": 0.02, "rao_blackwellized": True}
+    d = chain_diagnostics(track, agreement)
+    assert not d["mixed"] and d["words"] == 5000
+    assert "2.0 % of the corpus's target words have chains' link marginals" in d["advice"]
+    assert chain_diagnostics(track, {**agreement, "share_marginal_tv_over": 0.005})["mixed"]
+
+
+def test_run_gibbs_reports_agreement_over_every_target_word():
+    from ppl_attention.data.indexed import index_pairs
+    from ppl_attention.numpyro import aligners as al
+    from ppl_attention.numpyro.inference import word_alignment as wa
+
+    pairs = [(["a", "b"], ["x", "y"]), (["c"], ["z"]), (["a", "c"], ["x", "z", "w"])] * 4
+    corpus, _, _ = index_pairs(pairs, batch=4, multiple=4)
+    res = wa.run_gibbs(al.aligner("ibm1", alpha=0.5), corpus, chains=3, warmup=2, samples=5,
+                       track=4, progress=False)
+    a = res["agreement"]
+    assert a["words"] == sum(len(t) for _, t in pairs) and a["rao_blackwellized"]
+    assert 0 <= a["marginal_tv_mean"] <= a["marginal_tv_max"] <= 1
+    one = wa.run_gibbs(al.aligner("hmm"), corpus, chains=1, warmup=1, samples=2, track=4,
+                       progress=False)
+    assert one["agreement"] is None

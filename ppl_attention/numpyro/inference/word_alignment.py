@@ -249,7 +249,11 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     averaged over chains and draws); ``counts``: the posterior mean counts (cells ``[C]``
     from the marginals, buckets ``[K]`` the drawn counts' mean) — the tables to save;
     ``traces``: ``loglik [chains, draws]``, ``track [chains, draws, n_track]`` (the tracked
-    words' drawn positions), ``log_dist [chains, draws, K]``, ``bucket_counts``; ``seconds``."""
+    words' drawn positions), ``log_dist [chains, draws, K]``, ``bucket_counts``; ``agreement``
+    (two chains or more; else None): over *every* target word of the corpus, the largest total
+    variation between two chains' link marginals — its mean, max and the share above
+    ``TV_LIMIT`` (Rao–Blackwellized for IBM1/2, each chain's average conditional; for the HMM
+    each chain's drawn-link frequencies); ``seconds``."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1), init_sweeps=(init_sweeps, 0))
     enable_compilation_cache()
@@ -265,17 +269,41 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     z = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
     marg, cells = [], jnp.zeros(sizes["n_cells"], jnp.float32)
+    tv = []
     for cls, m in zip(data["classes"], mcmc.last_state.marg):  # one class at a time
-        m = m.reshape(chains, *m.shape[-4:]).sum(0, dtype=jnp.float32) / (kept * chains)
+        m = m.reshape(chains, *m.shape[-4:])
+        if chains > 1:
+            tv.append(np.asarray(_chains_tv(m, kept))[np.asarray(cls["tgt_mask"])])
+        m = m.sum(0, dtype=jnp.float32) / (kept * chains)
         cells = cells + _cell_counts({"classes": [cls]}, [m], sizes["n_cells"])
         marg.append(np.asarray(m))
     del mcmc  # its last state holds every chain's accumulators
     drawn = z["bucket_counts"]  # [chains, draws, K]
     counts = (np.asarray(cells), drawn.mean((0, 1)) if drawn.size else
               np.zeros(spec.n_buckets, np.float32))
-    return {"marginals": marg, "counts": counts, "traces": z,
+    agreement = None
+    if tv:
+        tv = np.concatenate(tv)
+        agreement = {"words": int(tv.size), "marginal_tv_mean": float(tv.mean()),
+                     "marginal_tv_max": float(tv.max()),
+                     "share_marginal_tv_over": float((tv > TV_LIMIT).mean()),
+                     "rao_blackwellized": spec.model != "hmm"}
+    return {"marginals": marg, "counts": counts, "traces": z, "agreement": agreement,
             "seconds": time.perf_counter() - t0,
             "track_indices": [np.asarray(i) for i in idx]}
+
+
+@jax.jit
+def _chains_tv(m, kept):
+    """Per target word ``[n, B, T]``, the largest total variation between two chains' link
+    marginals (``m [chains, n, B, S1, T]``, each chain's sum over its ``kept`` sweeps)."""
+    m = m.astype(jnp.float32) / kept
+    C = m.shape[0]
+    worst = jnp.zeros(m.shape[1:3] + m.shape[4:], jnp.float32)
+    for a in range(C):
+        for b in range(a + 1, C):
+            worst = jnp.maximum(worst, 0.5 * jnp.abs(m[a] - m[b]).sum(-2))
+    return worst
 
 
 def link_rhat(track: np.ndarray) -> dict:
@@ -319,7 +347,7 @@ def link_rhat(track: np.ndarray) -> dict:
 STUCK_SHARE, RHAT_LIMIT, TV_LIMIT = 0.01, 1.05, 0.3
 
 
-def chain_diagnostics(track: np.ndarray) -> dict:
+def chain_diagnostics(track: np.ndarray, agreement: dict | None = None) -> dict:
     """Mixing of the discrete chains, for a run that stops on them: ``track [chains, draws,
     n]`` (each draw's source position of n tracked target words). Each word is
 
@@ -332,8 +360,11 @@ def chain_diagnostics(track: np.ndarray) -> dict:
     Beside R-hat, the chains' agreement: per word the total variation between two chains' link
     frequencies (the largest over chain pairs), its mean and largest over the words. ``mixed``
     is False when the stuck share exceeds ``STUCK_SHARE``, a moving word's R-hat ``RHAT_LIMIT``
-    or the largest disagreement ``TV_LIMIT``; ``advice`` then says what to change. One chain:
-    nothing to compare (``mixed`` None)."""
+    or the largest disagreement ``TV_LIMIT``; ``advice`` then says what to change. With
+    ``agreement`` (:func:`run_gibbs`'s, over every target word of the corpus) its figures join
+    the report, and more than ``STUCK_SHARE`` of the corpus's words whose chains' marginals are
+    over ``TV_LIMIT`` apart is not mixed either. One chain: nothing to compare (``mixed``
+    None)."""
     C, D, n = track.shape
     if C < 2 or n == 0:
         return {"mixed": None, "n": n, "advice": "one chain: run --chains 2 or more to check "
@@ -364,6 +395,12 @@ def chain_diagnostics(track: np.ndarray) -> dict:
     if out["disagreement_max"] > TV_LIMIT:
         problems.append(f"two chains' link frequencies of a word {out['disagreement_max']:.2f} "
                         f"apart (total variation)")
+    if agreement:
+        out.update(agreement)
+        if agreement["share_marginal_tv_over"] > STUCK_SHARE:
+            problems.append(f"{100 * agreement['share_marginal_tv_over']:.1f} % of the corpus's "
+                            f"target words have chains' link marginals more than {TV_LIMIT} "
+                            f"apart")
     out["mixed"] = not problems
     out["advice"] = "" if not problems else (
         "; ".join(problems) + ": not mixed — run more sweeps (--warmup, --samples), more "
