@@ -6,7 +6,8 @@ The corpus is the ``wordalign`` task's (``benchmarks/aligners.py``'s generator):
 training pairs and ``--new`` test pairs with gold links. Rows, each its own process, one after
 another, all with one fresh JAX compilation cache (so "cold" is a first run, "warm" a second):
 
-- ``inside``: the new pairs first, then the training pairs, aligned together (the reference);
+- ``inside``: the new pairs first, then the training pairs, aligned together (the reference;
+  with ``--scores``, its reliability table is printed too);
 - ``train --save``: the training pairs alone, tables saved (the training run's time);
 - ``--load`` (cold cache), ``--load`` (warm cache): the new pairs with the saved tables, the
   method's defaults; ``--load, short``: 1 chain × (5 + 10) sweeps (the chains start at the
@@ -60,6 +61,10 @@ def one(job: dict) -> dict:
            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     for k, v in report.get("scores", {}).items():
         out[f"{k}_aer"] = v["aer"]
+    for k in ("reliability", "forward_links_mixed", "forward_links_share_marginal_tv_over",
+              "forward_links_marginal_tv_mean", "options"):
+        if k in report:
+            out[k] = report[k]
     return out
 
 
@@ -91,7 +96,8 @@ def main() -> None:
     gold = ["--gold", c["gold"]]
     tables = str(out / "tables")
     short = ["--chains", "1", "--warmup", "5", "--samples", "10"]
-    rows = [("inside", c["inside"], gold), ("train --save", c["train"], ["--save", tables]),
+    rows = [("inside", c["inside"], gold + ["--scores", str(out / "inside.scores")]),
+            ("train --save", c["train"], ["--save", tables]),
             ("--load (cold cache)", c["new"], ["--load", tables] + gold),
             ("--load (warm cache)", c["new"], ["--load", tables] + gold),
             ("--load, short (warm)", c["new"], ["--load", tables] + short + gold)]
@@ -111,6 +117,13 @@ def main() -> None:
         lines.append(f"| {row} | {n:,} | {' | '.join(aer)} | {r['seconds']:.1f} | "
                      f"{r['peak_mib']:.0f} |")
     print("\n".join(lines))
+    rel = results[0].get("reliability") or []
+    print("\n| posterior bin (inside, forward) | links | mean posterior | gold share |\n"
+          "|---|---|---|---|")
+    for r in rel:
+        if r["links"]:
+            print(f"| [{r['low']:.1f}, {r['high']:.1f}) | {r['links']} | "
+                  f"{r['mean_posterior']:.3f} | {r['gold_share']:.3f} |")
 
 
 if __name__ == "__main__":
