@@ -2,8 +2,8 @@
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
 the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
-sites (l1–l7), of attention over segments (g1, g2), of trained tables as a prior (k1–k3),
-run the tests that should catch it, report, and restore the file:
+sites (l1–l7), of attention over segments (g1, g2), of trained tables as a prior (k1–k3), of
+the fertility aligner (f1, f2), run the tests that should catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -246,6 +246,14 @@ FAULTS = [
  ("k3", "ppl_attention/numpyro/aligners.py",
   "    a0 = n_tgt * a + pr\n", "    a0 = n_tgt * a + 0 * pr\n",
   "tests/cli/test_wordalign_tables.py"),
+ # the fertility aligner's sweep (tests/numpyro/test_fertility_aligner.py)
+ ("f1", "ppl_attention/numpyro/aligners.py",
+  "        logits = le_j + jump_in + jump_out + jnp.where(pos[None] >= 0, ratio, 0.0)\n",
+  "        logits = le_j + jump_in + jnp.where(pos[None] >= 0, ratio, 0.0)\n",
+  "tests/numpyro/test_fertility_aligner.py"),
+ ("f2", "ppl_attention/numpyro/aligners.py",
+  "        fert = fert - jax.nn.one_hot(jnp.where(real_j, old, -1), S1, dtype=jnp.int32)\n", "",
+  "tests/numpyro/test_fertility_aligner.py"),
  # attention over segments (tests/structures/test_segment_attention.py)
  ("g1", "ppl_attention/structures/segment_selection.py",
   "        for d in range(min(j + 1, L)):",

@@ -33,7 +33,8 @@ from ..core.errors import DataError, UserError
 
 __all__ = ["DirectionTables", "SavedTables", "NULL_WORD", "FORMAT", "save_tables",
            "load_tables", "read_eflomal_priors", "eflomal_priors_text", "prior_for_corpus",
-           "tables_from_corpus", "merge_tables", "ALIGNERS", "n_buckets"]
+           "tables_from_corpus", "merge_tables", "ALIGNERS", "ALIGNER_KINDS", "AlignerKind",
+           "n_buckets"]
 
 FORMAT = "ppl-attention wordalign tables"
 VERSION = 1
@@ -41,13 +42,35 @@ NULL_WORD = "<NULL>"
 #: cells with a smaller expected count are not saved (their mass stays in the row totals)
 MIN_COUNT = 1e-3
 FIELDS = ("cell_src", "cell_tgt", "counts", "row_totals", "buckets")
-#: the aligners (:mod:`ppl_attention.numpyro.aligners`)
-ALIGNERS = ("ibm1", "ibm2", "hmm")
+@dataclass(frozen=True)
+class AlignerKind:
+    """What an aligner (:mod:`ppl_attention.numpyro.aligners`) is and can do, declared once:
+    ``buckets`` "none" (IBM1), "displacement" (IBM2: from the diagonal) or "jump" (HMM,
+    fertility: from the last linked position); ``fertility``: a fertility table per source
+    word; ``rao_blackwellized``: Gibbs's link marginals average the exact conditionals (IBM1/2)
+    rather than count drawn links (HMM: its conditional is the chain's; fertility: single-site);
+    ``methods``: the ``wordalign`` methods that run it."""
+
+    name: str
+    buckets: str
+    fertility: bool
+    rao_blackwellized: bool
+    methods: tuple
+
+
+ALIGNER_KINDS = {k.name: k for k in [
+    AlignerKind("ibm1", "none", False, True, ("gibbs", "vb", "svb")),
+    AlignerKind("ibm2", "displacement", False, True, ("gibbs", "vb", "svb")),
+    AlignerKind("hmm", "jump", False, False, ("gibbs", "vb", "svb")),
+    AlignerKind("fertility", "jump", True, False, ("gibbs",)),
+]}
+#: the aligners' names
+ALIGNERS = tuple(ALIGNER_KINDS)
 
 
 def n_buckets(model: str, max_jump: int) -> int:
     """The jump / displacement buckets of an aligner: −D … D and NULL; none for IBM1."""
-    return 0 if model == "ibm1" else 2 * max_jump + 2
+    return 0 if ALIGNER_KINDS[model].buckets == "none" else 2 * max_jump + 2
 
 
 @dataclass
@@ -309,7 +332,7 @@ def eflomal_priors_text(forward: DirectionTables | None, reverse: DirectionTable
         for e, f, c in zip(forward.cell_src, forward.cell_tgt, forward.counts):
             lines.append(f"LEX\t{src[e]}\t{forward.tgt_words[f]}\t{_fmt(c)}")
     for tag, t in (("HMMF", forward), ("HMMR", reverse)):
-        if model == "hmm" and t is not None:
+        if ALIGNER_KINDS[model].buckets == "jump" and t is not None:
             for k, c in enumerate(t.buckets[:2 * max_jump + 1]):
                 if c > 0:
                     lines.append(f"{tag}\t{k - max_jump}\t{_fmt(c)}")
@@ -364,7 +387,7 @@ def read_eflomal_priors(path, model: str, max_jump: int) -> tuple[dict, dict]:
             lex[(e, f)] = lex.get((e, f), 0.0) + alpha
         elif fields[0] in jumps:
             jump = _number(fields[1], where, "the jump", int)
-            if model == "hmm":
+            if ALIGNER_KINDS[model].buckets == "jump":
                 jumps[fields[0]][min(max(jump, -max_jump), max_jump) + max_jump] += alpha
             else:
                 unused[fields[0]] += 1

@@ -39,7 +39,7 @@ from jax.scipy.special import digamma, gammaln
 
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
-from ..data.aligner_tables import ALIGNERS, n_buckets
+from ..data.aligner_tables import ALIGNER_KINDS, ALIGNERS, AlignerKind, n_buckets
 from ..structures import jax_ops
 from ..structures.linear_chain import chain_forward
 from ..structures.semirings import PROB
@@ -48,28 +48,45 @@ __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_tran
            "expected_log_translation",
            "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
            "batch_step", "uniform_tables", "TablePrior", "posterior_mean_log_translation",
-           "posterior_mean_log_buckets"]
+           "posterior_mean_log_buckets", "fertility_counts", "sample_fertility"]
 
 NEG = LOG_ZERO
 
 
 @dataclass(frozen=True)
 class AlignerSpec:
-    """``model``: ibm1, ibm2 or hmm; ``alpha``: the translation rows' Dirichlet concentration
-    (per target word); ``gamma``: the buckets'; ``max_jump``: D."""
+    """``model``: ibm1, ibm2, hmm or fertility (what each is and does: ``kind``, declared in
+    :data:`~ppl_attention.data.aligner_tables.ALIGNER_KINDS`); ``alpha``: the translation
+    rows' Dirichlet concentration (per target word); ``gamma``: the buckets'; ``max_jump``: D;
+    ``beta``: the fertility rows' (fertility only); ``max_fertility``: F, the most links a
+    source position takes (fertility only)."""
 
     model: str
     alpha: float = 0.01
     gamma: float = 1.0
     max_jump: int = 8
+    beta: float = 1.0
+    max_fertility: int = 8
 
     def __post_init__(self):
         if self.model not in ALIGNERS:
             raise UserError(f"unknown aligner {self.model!r}; valid: {', '.join(ALIGNERS)}")
-        if not self.alpha > 0 or not self.gamma > 0:
-            raise UserError(f"alpha and gamma must be > 0, got {self.alpha}, {self.gamma}")
+        if not self.alpha > 0 or not self.gamma > 0 or not self.beta > 0:
+            raise UserError(f"alpha, gamma and beta must be > 0, got {self.alpha}, "
+                            f"{self.gamma}, {self.beta}")
         if not isinstance(self.max_jump, int) or self.max_jump < 1:
             raise UserError(f"max_jump must be an int ≥ 1, got {self.max_jump!r}")
+        if not isinstance(self.max_fertility, int) or self.max_fertility < 1:
+            raise UserError(f"max_fertility must be an int ≥ 1, got {self.max_fertility!r}")
+
+    @property
+    def kind(self) -> AlignerKind:
+        return ALIGNER_KINDS[self.model]
+
+    @property
+    def n_fertility(self) -> int:
+        """Columns of the fertility table: fertilities 0 … F (none without fertilities)."""
+        return self.max_fertility + 1 if self.kind.fertility else 0
 
     @property
     def n_buckets(self) -> int:
@@ -264,7 +281,7 @@ def _displacement_bucket(spec, b):
 
 def _position_logits(spec, log_theta, log_dist, b):
     logits = _emission(log_theta, b)
-    if spec.model == "ibm1":
+    if spec.kind.buckets == "none":
         S1 = b["src_mask"].sum(-1)[:, None, None]
         return logits - jnp.log(S1.astype(logits.dtype))
     return logits + log_dist[_displacement_bucket(spec, b)]
@@ -451,11 +468,111 @@ def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode):
     return out
 
 
+# --- one batch: the fertility aligner ------------------------------------------------------------
+
+def _jump_log(spec, log_dist, to_pos, from_pos):
+    """log φ of the jump from real position ``from_pos`` (−1: the start) to ``to_pos``."""
+    return log_dist[jnp.clip(to_pos - from_pos, -spec.max_jump, spec.max_jump) + spec.max_jump]
+
+
+def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
+    """One single-site Gibbs sweep over the target words of a batch, j = 0 … T − 1, every
+    sentence at once, under the tables (Östling & Tiedemann 2016's model 3 without its
+    collapsing). The alignment's weight is the HMM's times each source position's fertility
+    factor ψ_{e_i}(n_i), n_i = |{j : a_j = i}| ≤ F:
+
+        w(a) = Π_j θ_{e_{a_j}}(f_j) φ_{b(a_j − m_j)} · Π_{i ≥ 1} ψ_{e_i}(n_i)
+
+    (m_j the last real position before j, −1 at the start; NULL's bucket for a_j = 0, which
+    leaves the memory as it is). Given the rest, p(a_j = i | a_−j) ∝ θ_{e_i}(f_j) · φ_{b(i −
+    m_j)} · φ_{b(k − i)} · ψ_{e_i}(n_i^{−j} + 1) / ψ_{e_i}(n_i^{−j}), k the next real link after
+    j (its jump starts at i; from m_j if a_j is NULL), the fertility ratio 0 past F. The words
+    after j are the previous sweep's, the words before it this sweep's. Returns ``align [B,
+    T]`` (S1 indices, −1 on padding), ``drawn_cells``, ``drawn_buckets``, ``drawn_fert [n_src,
+    F + 1]`` (each real source position's fertility, by its word) and ``loglik``: log w of the
+    drawn alignments (the joint weight, not a likelihood with a summed out: that sum is
+    intractable under fertilities)."""
+    le = _emission(log_theta, b)  # [B, S1, T]
+    B, S1, T = le.shape
+    tm, sm = b["tgt_mask"], b["src_mask"]
+    F = spec.max_fertility
+    psi = log_psi[b["src"]]  # [B, S1, F + 1]
+    prev = jnp.where(tm, prev, -1)
+
+    def next_real(carry, a_j):  # reverse: the first real link after each j (0: none)
+        return jnp.where(a_j >= 1, a_j, carry), carry
+
+    _, nxt = jax.lax.scan(next_real, jnp.zeros(B, jnp.int32), prev.T, reverse=True)
+    fert = jax.nn.one_hot(prev, S1, dtype=jnp.int32).sum(1)  # [B, S1]; −1 → zeros
+    pos = jnp.arange(S1) - 1  # real position of each S1 column (NULL: −1)
+    rows = jnp.arange(B)
+    keys = jax.random.split(key, T)
+
+    def step(carry, xs):
+        m, fert = carry
+        le_j, old, nx, real_j, k = xs
+        fert = fert - jax.nn.one_hot(jnp.where(real_j, old, -1), S1, dtype=jnp.int32)
+        pm = m - 1  # the memory's real position (−1: the start)
+        jump_in = jnp.where(pos[None] >= 0, _jump_log(spec, log_dist, pos[None], pm[:, None]),
+                            log_dist[spec.null_bucket])
+        from_pos = jnp.where(pos[None] >= 0, pos[None], pm[:, None])
+        jump_out = jnp.where((nx >= 1)[:, None],
+                             _jump_log(spec, log_dist, (nx - 1)[:, None], from_pos), 0.0)
+        n_now = jnp.take_along_axis(psi, jnp.clip(fert, 0, F)[..., None], -1)[..., 0]
+        n_next = jnp.take_along_axis(psi, jnp.clip(fert + 1, 0, F)[..., None], -1)[..., 0]
+        ratio = jnp.where(fert + 1 > F, NEG, n_next - n_now)
+        logits = le_j + jump_in + jump_out + jnp.where(pos[None] >= 0, ratio, 0.0)
+        logits = jnp.where(sm, logits, NEG)
+        probs = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
+        a = jnp.where(real_j, _inverse_cdf(k, probs, -1), -1)
+        fert = fert + jax.nn.one_hot(a, S1, dtype=jnp.int32)
+        bucket = jnp.where(a >= 1, jnp.clip(a - 1 - pm, -spec.max_jump, spec.max_jump)
+                           + spec.max_jump, spec.null_bucket)
+        gain = jnp.where(real_j, le_j[rows, jnp.maximum(a, 0)] + log_dist[bucket], 0.0)
+        return (jnp.where(a >= 1, a, m), fert), (a, jnp.where(real_j, bucket, -1), gain)
+
+    (_, fert), (align, buckets, gain) = jax.lax.scan(
+        step, (jnp.zeros(B, jnp.int32), fert),
+        (jnp.moveaxis(le, 2, 0), prev.T, nxt, tm.T, keys))
+    align, buckets = align.T, buckets.T
+    dt = log_theta.dtype
+    real_src = sm & (jnp.arange(S1) >= 1)[None]
+    fert_c = jnp.clip(fert, 0, F)
+    psi_term = jnp.where(real_src, jnp.take_along_axis(psi, fert_c[..., None], -1)[..., 0], 0.0)
+    cells = jnp.take_along_axis(b["cell"], jnp.maximum(align, 0)[:, None, :], 1)[:, 0]
+    w = tm.astype(dt)
+    valid = buckets >= 0
+    return {"align": align,
+            "loglik": gain.sum() + psi_term.sum(),
+            "drawn_cells": jnp.zeros(n_cells, dt).at[cells.ravel()].add(w.ravel()),
+            "drawn_buckets": jnp.zeros(spec.n_buckets, dt).at[
+                jnp.where(valid, buckets, 0).ravel()].add(valid.ravel().astype(dt)),
+            "drawn_fert": (b["src"], fert_c, real_src),
+            "probs": jax.nn.one_hot(align, S1, axis=1, dtype=dt) * tm[:, None, :]}
+
+
+def fertility_counts(spec, drawn_fert, n_src: int, dtype=jnp.float32):
+    """``[n_src, F + 1]``: how many real source positions of each word have each fertility,
+    from :func:`_fertility_step`'s ``drawn_fert`` (source ids, fertilities, real mask)."""
+    src, fert, real = drawn_fert
+    flat = (src * spec.n_fertility + fert).ravel()
+    return jnp.zeros(n_src * spec.n_fertility, dtype).at[flat].add(
+        real.ravel().astype(dtype)).reshape(n_src, spec.n_fertility)
+
+
+def sample_fertility(key, spec, counts, prior=None):
+    """log ψ ``[n_src, F + 1]`` of a draw of every source word's Dirichlet(β + p + counts)
+    (``prior``: pseudo-counts ``[n_src, F + 1]`` or None)."""
+    a = spec.beta + counts + (0.0 if prior is None else prior)
+    log_g = log_gamma_draws(key, a)
+    return log_g - jax.nn.logsumexp(log_g, -1, keepdims=True)
+
+
 MODES = ("draw", "expect", "both", "score")
 
 
 def batch_step(spec: AlignerSpec, key, log_theta, log_dist, b: dict, n_cells: int,
-               mode: str = "both") -> dict:
+               mode: str = "both", prev=None, log_psi=None) -> dict:
     """One batch under the current tables: ``loglik`` (log p(f | e, tables), the alignments
     summed out), ``token_loglik [B, T]`` (log p(f_j | f_<j, e, tables), 0 on padding: the
     scaled forward pass's normalizers for the HMM) and ``probs [B, S1, T]`` — each target
@@ -463,9 +580,19 @@ def batch_step(spec: AlignerSpec, key, log_theta, log_dist, b: dict, n_cells: in
     HMM under "draw", the drawn alignment one-hot; "score": the likelihoods alone, and
     ``probs`` for IBM1/2) —; ``mode`` "expect" / "both": the expected counts ``expected_cells
     [C]``, ``expected_buckets [K]``; "draw" / "both": an alignment drawn from the posterior
-    (``align [B, T]``) and its counts ``drawn_cells``, ``drawn_buckets``."""
+    (``align [B, T]``) and its counts ``drawn_cells``, ``drawn_buckets``. The fertility
+    aligner draws by one single-site Gibbs sweep from ``prev`` (the batch's alignment ``[B,
+    T]``) under ``log_psi`` (:func:`_fertility_step`), "draw" only."""
     if mode not in MODES:
         raise UserError(f"batch_step: mode must be one of {MODES}, got {mode!r}")
-    if spec.model == "hmm":
+    if spec.kind.fertility:
+        if mode != "draw" or prev is None or log_psi is None:
+            raise UserError("batch_step: the fertility aligner only draws (mode 'draw'), from "
+                            "the previous alignment (prev) and its fertility table (log_psi)")
+        return _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells)
+    if prev is not None or log_psi is not None:
+        raise UserError(f"batch_step: prev and log_psi are the fertility aligner's; "
+                        f"{spec.model} draws every alignment afresh")
+    if spec.kind.buckets == "jump":
         return _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode)
     return _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode)

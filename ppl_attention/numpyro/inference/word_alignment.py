@@ -45,7 +45,11 @@ __all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "gibbs_chains", "ibm1
 #: the most kept sweeps of an HMM chain (its link counts are int16)
 MAX_HMM_KEPT = 32767
 
-GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "marg", "z"])
+#: ``align`` (per class ``[n, B, T]``) and ``log_psi`` ``[n_src, F + 1]``: the fertility
+#: aligner's current alignment and fertility table (None for the others, whose alignments are
+#: drawn afresh each sweep)
+GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "marg", "z",
+                                       "align", "log_psi"], defaults=(None, None))
 
 FIELDS = ("src", "src_mask", "tgt", "tgt_mask", "cell")
 
@@ -81,27 +85,37 @@ def _cell_counts(data, marginals, n_cells: int):
 
 
 def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, marg=None,
-           keep=None):
+           keep=None, prev_align=None, log_psi=None, return_aligns=False):
     """Every batch of every class under the tables (``mode`` as
     :func:`~ppl_attention.numpyro.aligners.batch_step`): the summed counts, log-likelihood,
     each class's link posteriors ``[n, B, S1, T]`` and, with ``track`` (per class: flat
     indices into ``[n·B·T]``), the drawn alignments of those target words. With ``marg`` (per
     class ``[n, B, S1, T]``), the posteriors are not returned but added, times ``keep``, to it
     inside the scan — the accumulator updated in place, batch by batch, so a corpus's
-    marginals are in memory once."""
+    marginals are in memory once. The fertility aligner draws from ``prev_align`` (per class
+    ``[n, B, T]``) under ``log_psi`` and adds ``drawn_fert [n_src, F + 1]``;
+    ``return_aligns``: the drawn alignments per class as a fourth value."""
     C, K, dt = sizes["n_cells"], spec.n_buckets, log_theta.dtype
     zero = {"drawn_cells": jnp.zeros(C, dt), "expected_cells": jnp.zeros(C, dt),
             "drawn_buckets": jnp.zeros(K, dt), "expected_buckets": jnp.zeros(K, dt),
             "loglik": jnp.zeros((), dt)}
-    total, probs, tracked = dict(zero), [], []
+    if spec.kind.fertility:
+        zero["drawn_fert"] = jnp.zeros((sizes["n_src"], spec.n_fertility), dt)
+    total, probs, tracked, aligns = dict(zero), [], [], []
     for ci, cls in enumerate(data["classes"]):
         n = cls["src"].shape[0]
         keys = jax.random.split(jax.random.fold_in(key, ci), n)
+        prev = prev_align[ci] if prev_align is not None else jnp.zeros((n, 0), jnp.int32)
 
         def body(carry, xs):
             acc, m = carry
-            b, k, i = xs
-            out = al.batch_step(spec, k, log_theta, log_dist, b, C, mode)
+            b, k, i, before = xs
+            out = al.batch_step(spec, k, log_theta, log_dist, b, C, mode,
+                                **({"prev": before, "log_psi": log_psi}
+                                   if spec.kind.fertility else {}))
+            if "drawn_fert" in out:
+                out["drawn_fert"] = al.fertility_counts(spec, out["drawn_fert"],
+                                                        sizes["n_src"], dt)
             acc = {name: acc[name] + out[name] if name in out else acc[name] for name in acc}
             a = out.get("align", jnp.zeros(b["tgt"].shape, jnp.int32))
             if m is None:
@@ -113,12 +127,14 @@ def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, m
 
         m0 = None if marg is None else marg[ci]
         (part, m), (p, a) = jax.lax.scan(body, ({k: v for k, v in zero.items()}, m0),
-                                         (cls, keys, jnp.arange(n)))
+                                         (cls, keys, jnp.arange(n), prev))
         total = {name: total[name] + part[name] for name in total}
         probs.append(p if marg is None else m)
+        aligns.append(a)
         if track is not None:
             tracked.append(a.reshape(-1)[track[ci]])
-    return total, probs, (jnp.concatenate(tracked) if tracked else None)
+    out = total, probs, (jnp.concatenate(tracked) if tracked else None)
+    return out + (aligns,) if return_aligns else out
 
 
 class ConjugateGibbs(MCMCKernel):
@@ -126,7 +142,9 @@ class ConjugateGibbs(MCMCKernel):
     (:func:`device_corpus`); its arrays and the ``track`` indices (per class, flat indices of
     the target words whose draws are recorded) are the model arguments of ``MCMC.run(key,
     arrays, track[, start])`` — ``start``: ``{"log_theta": [C]}``, the translation table the
-    chains start from (else every row uniform over its cells)."""
+    chains start from (else every row uniform over its cells). The fertility aligner's chains
+    need ``start`` with ``log_dist`` and ``align`` (per class ``[n, B, T]``) too — an HMM's
+    state (:func:`hmm_start`) — and its fertility table starts uniform."""
 
     sample_field = "z"
 
@@ -139,7 +157,7 @@ class ConjugateGibbs(MCMCKernel):
         """The link accumulators' dtype: the HMM's are counts of drawn links (int16, exact to
         :data:`MAX_HMM_KEPT` kept sweeps, half a float32's memory); IBM1/2's sums of
         conditionals (float32)."""
-        return jnp.int16 if self.spec.model == "hmm" else jnp.float32
+        return jnp.float32 if self.spec.kind.rao_blackwellized else jnp.int16
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         data, track = model_args[:2]
@@ -154,22 +172,40 @@ class ConjugateGibbs(MCMCKernel):
         start = model_args[2] if len(model_args) > 2 else None
         if start is not None:  # tables to start from (another aligner's posterior mean)
             log_theta = start["log_theta"].astype(log_theta.dtype)
+            if "log_dist" in start:
+                log_dist = start["log_dist"].astype(log_dist.dtype)
+        align = log_psi = None
+        if self.spec.kind.fertility:
+            if start is None or "align" not in start:
+                raise UserError("the fertility aligner's chains start from an HMM's state "
+                                "(hmm_start): give start with log_theta, log_dist and align")
+            align = tuple(start["align"])
+            log_psi = jnp.full((self.sizes["n_src"], self.spec.n_fertility),
+                               -jnp.log(float(self.spec.n_fertility)), log_theta.dtype)
         marg = tuple(jnp.zeros(c["cell"].shape, self.marginal_dtype) for c in data["classes"])
         z = {"loglik": jnp.zeros((), log_theta.dtype), "log_dist": log_dist,
              "bucket_counts": jnp.zeros((self.spec.n_buckets,), log_theta.dtype),
              "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
         if self.record_tables:
             z["log_theta"] = log_theta
-        return GibbsState(jnp.zeros((), jnp.int32), rng_key, log_theta, log_dist, marg, z)
+        return GibbsState(jnp.zeros((), jnp.int32), rng_key, log_theta, log_dist, marg, z,
+                          align, log_psi)
 
     def sample(self, state, model_args, model_kwargs):
         data, track = model_args[:2]
         spec, sizes = self.spec, self.sizes
         key, k_sweep, k_theta, k_dist = jax.random.split(state.key, 4)
         keep = (state.i >= self._num_warmup).astype(jnp.float32)
-        total, marg, tracked = _sweep(spec, k_sweep, state.log_theta, state.log_dist, sizes,
-                                      data, "draw", track, marg=state.marg, keep=keep)
+        total, marg, tracked, aligns = _sweep(
+            spec, k_sweep, state.log_theta, state.log_dist, sizes, data, "draw", track,
+            marg=state.marg, keep=keep, prev_align=state.align, log_psi=state.log_psi,
+            return_aligns=True)
         marg = tuple(marg)
+        align, log_psi = None, None
+        if spec.kind.fertility:
+            align = tuple(aligns)
+            log_psi = al.sample_fertility(jax.random.fold_in(k_dist, 1), spec,
+                                          total["drawn_fert"])
         prior = data.get("prior")
         log_theta = al.sample_translation(k_theta, spec, total["drawn_cells"], data["cell_src"],
                                           sizes["n_src"], sizes["n_tgt"], prior)
@@ -178,7 +214,7 @@ class ConjugateGibbs(MCMCKernel):
              "bucket_counts": total["drawn_buckets"], "track": tracked}
         if self.record_tables:  # the tables this sweep's alignments were drawn under
             z["log_theta"] = state.log_theta
-        return GibbsState(state.i + 1, key, log_theta, log_dist, marg, z)
+        return GibbsState(state.i + 1, key, log_theta, log_dist, marg, z, align, log_psi)
 
 
 def _track_indices(corpus, n_track: int, seed: int):
@@ -208,7 +244,7 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
     ``record_tables``; its ``last_state.marg``: the summed conditionals)."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1))
-    if spec.model == "hmm" and samples * thinning > MAX_HMM_KEPT:
+    if not spec.kind.rao_blackwellized and samples * thinning > MAX_HMM_KEPT:
         raise UserError(f"--samples × --thin: at most {MAX_HMM_KEPT} kept sweeps per HMM "
                         f"chain, got {samples * thinning}")
     mcmc = MCMC(ConjugateGibbs(spec, sizes, record_tables), num_warmup=warmup,
@@ -233,6 +269,24 @@ def ibm1_start(spec: al.AlignerSpec, sizes: dict, data: dict, sweeps: int = 5,
     res = vb_sweeps(ibm1, sizes, data, iterations=sweeps, tol=0.0, progress=progress)
     counts = jnp.asarray(res["counts"][0])
     return {"log_theta": posterior_mean_log_translation(spec, sizes, data, counts)}
+
+
+def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps: int,
+              start: dict | None, seed: int, progress: bool = True) -> dict:
+    """The fertility aligner's start, as eflomal's model 3 starts from its HMM: ``sweeps``
+    sweeps of one HMM chain (from ``start``, IBM1's table), its last tables and one alignment
+    drawn under them (``{"log_theta", "log_dist", "align"}``, per class ``[n, B, T]``)."""
+    hmm = al.aligner("hmm", alpha=spec.alpha, gamma=spec.gamma, max_jump=spec.max_jump)
+    mcmc = gibbs_chains(hmm, sizes, data, track, chains=1, warmup=sweeps - 1, samples=1,
+                        seed=seed + 7919, progress=progress, start=start)
+    st = mcmc.last_state
+    log_theta = st.log_theta.reshape(-1, sizes["n_cells"])[0]
+    log_dist = st.log_dist.reshape(-1, hmm.n_buckets)[0]
+    del mcmc
+    draw = jax.jit(lambda k, lt, ld, d: _sweep(hmm, k, lt, ld, sizes, d, "draw",
+                                               return_aligns=True)[3])
+    align = draw(jax.random.PRNGKey(seed + 104729), log_theta, log_dist, data)
+    return {"log_theta": log_theta, "log_dist": log_dist, "align": list(align)}
 
 
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
@@ -263,7 +317,10 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
         corpus.release_batches()
     t0 = time.perf_counter()
     start = ibm1_start(spec, sizes, data, init_sweeps, progress) \
-        if init_sweeps and spec.model != "ibm1" else None
+        if init_sweeps and spec.kind.buckets != "none" else None
+    if spec.kind.fertility:  # as eflomal: IBM1, then the HMM, then the fertility model
+        start = hmm_start(spec, sizes, data, idx, max(2, round((warmup + samples) / 4)),
+                          start, seed, progress)
     mcmc = gibbs_chains(spec, sizes, data, idx, chains=chains, warmup=warmup, samples=samples,
                         thinning=thinning, seed=seed, progress=progress, start=start)
     z = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
@@ -287,7 +344,7 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
         agreement = {"words": int(tv.size), "marginal_tv_mean": float(tv.mean()),
                      "marginal_tv_max": float(tv.max()),
                      "share_marginal_tv_over": float((tv > TV_LIMIT).mean()),
-                     "rao_blackwellized": spec.model != "hmm"}
+                     "rao_blackwellized": spec.kind.rao_blackwellized}
     return {"marginals": marg, "counts": counts, "traces": z, "agreement": agreement,
             "seconds": time.perf_counter() - t0,
             "track_indices": [np.asarray(i) for i in idx]}

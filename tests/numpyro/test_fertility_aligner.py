@@ -1,0 +1,134 @@
+"""The fertility aligner (``wordalign --model fertility``): the HMM's jumps times a fertility
+factor ψ_{e_i}(n_i) per source position, sampled by single-site Gibbs sweeps.
+
+Its sweep must leave the alignment posterior p(a | f, e, tables) ∝ w(a) invariant: alignments
+drawn exactly from the brute-force posterior (every alignment of two small sentences
+enumerated, the fertility cap F and the jump clipping D both binding), swept once, are still
+distributed as that posterior (20,000 draws); the sweep's joint weight is w of the alignment it
+drew; its counts are those of that alignment.
+
+Planted faults (``python tests/plant_faults.py f1 f2``): f1 the jump out of a word (to the next
+linked word) left out of its conditional → ``test_sweep_leaves_the_posterior_invariant`` fails;
+f2 the word's own link not removed from the fertilities before its conditional → the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ppl_attention.numpyro import aligners as al
+
+SPEC = al.aligner("fertility", max_jump=1, max_fertility=2, beta=1.0)
+# sentence 0: 3 source words (ids 0, 1, 0), 3 target words; sentence 1: 1 source, 2 target
+SRC = np.array([[9, 0, 1, 0], [9, 2, 9, 9]])  # S1 = 4, NULL's id 9 at position 0
+SRC_MASK = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)
+TGT_MASK = np.array([[1, 1, 1], [1, 1, 0]], bool)
+B, S1, T = 2, 4, 3
+
+
+def _tables(seed=0):
+    rng = np.random.default_rng(seed)
+    cell = np.arange(B * S1 * T).reshape(B, S1, T)
+    log_theta = np.log(rng.dirichlet(np.ones(B * S1 * T)) + 1e-3)
+    log_dist = np.log(rng.dirichlet(np.ones(SPEC.n_buckets)))
+    log_psi = np.log(rng.dirichlet(np.ones(SPEC.n_fertility), size=10))
+    b = {"src": jnp.asarray(SRC, jnp.int32), "src_mask": jnp.asarray(SRC_MASK),
+         "tgt": jnp.zeros((B, T), jnp.int32), "tgt_mask": jnp.asarray(TGT_MASK),
+         "cell": jnp.asarray(cell, jnp.int32)}
+    return b, cell, log_theta, log_dist, log_psi
+
+
+def _log_weight(r, a, cell, log_theta, log_dist, log_psi):
+    """log w(a) of sentence r's alignment a (S1 indices), written out from the model."""
+    D, F = SPEC.max_jump, SPEC.max_fertility
+    total, memory = 0.0, -1
+    for j, i in enumerate(a):
+        total += log_theta[cell[r, i, j]]
+        if i == 0:
+            total += log_dist[SPEC.null_bucket]
+        else:
+            total += log_dist[min(max(i - 1 - memory, -D), D) + D]
+            memory = i - 1
+    for i in range(1, int(SRC_MASK[r].sum())):
+        n = sum(1 for x in a if x == i)
+        if n > F:
+            return -np.inf
+        total += log_psi[SRC[r, i], n]
+    return total
+
+
+def _posterior(r, tables):
+    _, cell, log_theta, log_dist, log_psi = tables
+    S, Tr = int(SRC_MASK[r].sum()), int(TGT_MASK[r].sum())
+    support = list(itertools.product(range(S), repeat=Tr))
+    w = np.array([_log_weight(r, a, cell, log_theta, log_dist, log_psi) for a in support])
+    p = np.exp(w - w.max())
+    return support, p / p.sum()
+
+
+def _sweep(tables, keys, prev):
+    b, _, log_theta, log_dist, log_psi = tables
+    C = B * S1 * T
+
+    def one(k, pr):
+        return al.batch_step(SPEC, k, jnp.asarray(log_theta, jnp.float32),
+                             jnp.asarray(log_dist, jnp.float32), b, C, "draw", prev=pr,
+                             log_psi=jnp.asarray(log_psi, jnp.float32))
+    return jax.jit(jax.vmap(one))(keys, prev)
+
+
+def test_sweep_leaves_the_posterior_invariant():
+    tables = _tables()
+    n = 20_000
+    rng = np.random.default_rng(1)
+    post = [_posterior(r, tables) for r in range(B)]
+    prev = np.full((n, B, T), -1, np.int32)
+    for r, (support, p) in enumerate(post):
+        pick = rng.choice(len(support), n, p=p)
+        prev[:, r, :len(support[0])] = np.array(support)[pick]
+    assert all((p > 0.02).sum() >= min(5, len(p) - 1) for _, p in post)  # not near-deterministic
+    out = _sweep(tables, jax.random.split(jax.random.PRNGKey(2), n), jnp.asarray(prev))
+    align = np.asarray(out["align"])
+    assert (align[:, 1, 2] == -1).all()  # padding stays padding
+    for r, (support, p) in enumerate(post):
+        index = {a: k for k, a in enumerate(support)}
+        got = np.bincount([index[tuple(a[:len(support[0])])] for a in align[:, r]],
+                          minlength=len(support)) / n
+        se = np.sqrt(p * (1 - p) / n) + 1e-4
+        assert (np.abs(got - p) <= 4.5 * se).all(), (r, np.abs(got - p).max())
+
+
+def test_sweep_weight_and_counts_are_the_drawn_alignments():
+    tables = _tables(3)
+    b, cell, log_theta, log_dist, log_psi = tables
+    prev = jnp.asarray([[[1, 1, 0], [1, 0, -1]]] * 4, jnp.int32)
+    out = _sweep(tables, jax.random.split(jax.random.PRNGKey(5), 4), prev)
+    for s in range(4):
+        a = np.asarray(out["align"][s])
+        want = sum(_log_weight(r, list(a[r, :TGT_MASK[r].sum()]), cell, log_theta, log_dist,
+                               log_psi) for r in range(B))
+        np.testing.assert_allclose(float(out["loglik"][s]), want, rtol=1e-5)
+        drawn = tuple(x[s] for x in out["drawn_fert"])
+        counts = np.asarray(al.fertility_counts(SPEC, drawn, 10))
+        want = np.zeros((10, SPEC.n_fertility))
+        for r in range(B):
+            for i in range(1, int(SRC_MASK[r].sum())):
+                want[SRC[r, i], (a[r] == i).sum()] += 1
+        np.testing.assert_array_equal(counts, want)
+        assert float(out["drawn_buckets"][s].sum()) == TGT_MASK.sum()
+
+
+def test_fertility_needs_its_previous_alignment():
+    b, _, log_theta, log_dist, log_psi = _tables()
+    with pytest.raises(ValueError, match="only draws"):
+        al.batch_step(SPEC, jax.random.PRNGKey(0), jnp.asarray(log_theta), jnp.asarray(log_dist),
+                      b, B * S1 * T, "expect")
+    with pytest.raises(ValueError, match="fertility aligner's"):
+        al.batch_step(al.aligner("hmm"), jax.random.PRNGKey(0), jnp.asarray(log_theta),
+                      jnp.asarray(log_dist[:4]), b, B * S1 * T, "draw",
+                      prev=jnp.zeros((B, T), jnp.int32))
