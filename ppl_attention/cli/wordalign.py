@@ -11,6 +11,7 @@ from pathlib import Path
 from ..core import jsonio
 from ..core.errors import UserError
 from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, at_corpus, options_help
+from ..data.aligner_tables import ALIGNER_KINDS, ALIGNERS
 
 #: the methods ``wordalign`` runs and the options each takes, with their defaults: the one
 #: method registry's (:data:`~ppl_attention.core.method_specs.GLOBAL_METHODS`, the same
@@ -28,8 +29,9 @@ def add_parsers(sub) -> None:
                        "write Pharaoh links", description=__doc__.splitlines()[0])
     p.add_argument("-i", "--input", required=True, help="parallel text, 'source ||| target' "
                    "per line (UTF-8, space-separated tokens)")
-    p.add_argument("--model", choices=("ibm1", "ibm2", "hmm"), help="default hmm; with "
-                   "--load, the tables' model")
+    p.add_argument("--model", choices=ALIGNERS, help="default hmm; fertility: the HMM's "
+                   "jumps times a fertility table per source word (eflomal's -m 3; gibbs "
+                   "only, started from the HMM); with --load, the tables' model")
     p.add_argument("--method", default="gibbs", choices=list(METHODS),
                    help="; ".join(f"{n}: {m.description}" for n, m in METHODS.items()))
     p.add_argument("-f", "--forward", help="write the forward links (each target word to a "
@@ -148,6 +150,10 @@ def check_wordalign(args):
     if tables is not None and "init_sweeps" in opts and args.init_sweeps is None:
         opts["init_sweeps"] = 0  # the chains start from the tables' means, not IBM1's
     aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
+    if args.method not in ALIGNER_KINDS[args.model].methods:
+        raise UserError(f"--model {args.model} runs by "
+                        f"{', '.join(ALIGNER_KINDS[args.model].methods)}, not --method "
+                        f"{args.method}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.threshold is not None and not 0 < args.threshold <= 1:

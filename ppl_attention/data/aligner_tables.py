@@ -41,7 +41,9 @@ VERSION = 1
 NULL_WORD = "<NULL>"
 #: cells with a smaller expected count are not saved (their mass stays in the row totals)
 MIN_COUNT = 1e-3
-FIELDS = ("cell_src", "cell_tgt", "counts", "row_totals", "buckets")
+FIELDS = ("cell_src", "cell_tgt", "counts", "row_totals", "buckets", "fertility")
+#: the most links a source position takes in the fertility aligner (fertilities 0 … F)
+MAX_FERTILITY = 8
 @dataclass(frozen=True)
 class AlignerKind:
     """What an aligner (:mod:`ppl_attention.numpyro.aligners`) is and can do, declared once:
@@ -77,7 +79,9 @@ def n_buckets(model: str, max_jump: int) -> int:
 class DirectionTables:
     """One direction's tables (module docstring): ``src_words``, ``tgt_words`` (lists of
     str), ``cell_src [C]`` (int, NULL = ``len(src_words)``), ``cell_tgt [C]``, ``counts [C]``,
-    ``row_totals [len(src_words) + 1]``, ``buckets [K]``."""
+    ``row_totals [len(src_words) + 1]``, ``buckets [K]``, ``fertility [len(src_words) + 1,
+    F + 1]`` (each source word's positions counted by fertility; NULL's row 0; no columns for
+    a model without fertilities)."""
 
     src_words: list
     tgt_words: list
@@ -86,8 +90,14 @@ class DirectionTables:
     counts: np.ndarray
     row_totals: np.ndarray
     buckets: np.ndarray
+    fertility: np.ndarray | None = None
 
-    def check(self, where: str, n_buckets: int | None = None) -> None:
+    def __post_init__(self):
+        if self.fertility is None:
+            self.fertility = np.zeros((len(self.src_words) + 1, 0), np.float32)
+
+    def check(self, where: str, n_buckets: int | None = None,
+              n_fertility: int | None = None) -> None:
         """Refuse tables that are no tables, naming ``where`` and the field."""
         n_src, n_tgt = len(self.src_words), len(self.tgt_words)
         C = len(self.counts)
@@ -111,7 +121,13 @@ class DirectionTables:
         if n_buckets is not None and len(self.buckets) != n_buckets:
             raise DataError(f"{where}: {len(self.buckets)} jump buckets, the model has "
                             f"{n_buckets}")
-        for name in ("counts", "row_totals", "buckets"):
+        f = self.fertility
+        if f.ndim != 2 or f.dtype.kind != "f" or f.shape[0] != n_src + 1 or \
+                (n_fertility is not None and f.shape[1] != n_fertility):
+            raise DataError(f"{where}: fertility must be a float array [{n_src + 1}, "
+                            f"{'F + 1' if n_fertility is None else n_fertility}] (the source "
+                            f"words and NULL by fertility), got {f.dtype} of shape {f.shape}")
+        for name in ("counts", "row_totals", "buckets", "fertility"):
             a = getattr(self, name)
             if not np.isfinite(a).all() or (a < 0).any():
                 raise DataError(f"{where}: {name} holds a negative or non-finite count")
@@ -137,11 +153,12 @@ class SavedTables:
     directions: dict
 
 
-def tables_from_corpus(corpus, src_words, tgt_words, cell_counts, bucket_counts
-                       ) -> DirectionTables:
+def tables_from_corpus(corpus, src_words, tgt_words, cell_counts, bucket_counts,
+                       fertility_counts=None) -> DirectionTables:
     """A direction's tables from a run on an indexed corpus
     (:class:`~ppl_attention.data.indexed.IndexedCorpus` and its vocabularies): the cells with
-    expected count ≥ ``MIN_COUNT``; NULL's row moved to ``len(src_words)``."""
+    expected count ≥ ``MIN_COUNT``; NULL's row moved to ``len(src_words)`` (``fertility_counts
+    [n_src, F + 1]``, NULL's row last already)."""
     counts = np.asarray(cell_counts, np.float64)
     cs = np.asarray(corpus.cell_src, np.int64)
     rows = np.bincount(cs, weights=counts, minlength=corpus.n_src)
@@ -153,14 +170,17 @@ def tables_from_corpus(corpus, src_words, tgt_words, cell_counts, bucket_counts
     return DirectionTables(list(src_words), list(tgt_words), cs[keep].astype(np.int32),
                            np.asarray(corpus.cell_tgt)[keep].astype(np.int32),
                            counts[keep].astype(np.float32), rows.astype(np.float32),
-                           np.asarray(bucket_counts, np.float32).reshape(-1))
+                           np.asarray(bucket_counts, np.float32).reshape(-1),
+                           None if fertility_counts is None else
+                           np.asarray(fertility_counts, np.float32))
 
 
 def prior_for_corpus(tables: DirectionTables, corpus):
     """The pseudo-counts of ``tables`` over ``corpus``'s cells, as ``(cells [C], rows [n_src],
-    buckets [K])`` NumPy arrays — ``corpus`` indexed with the tables' vocabularies first
-    (:func:`~ppl_attention.data.indexed.index_pairs` with ``src_vocab``, ``tgt_vocab``), so a
-    trained word keeps its id and a new one comes after; NULL is re-numbered."""
+    buckets [K], fertility [n_src, F + 1])`` NumPy arrays — ``corpus`` indexed with the
+    tables' vocabularies first (:func:`~ppl_attention.data.indexed.index_pairs` with
+    ``src_vocab``, ``tgt_vocab``), so a trained word keeps its id and a new one comes after;
+    NULL is re-numbered."""
     import pandas as pd
 
     n_train = len(tables.src_words)
@@ -176,7 +196,9 @@ def prior_for_corpus(tables: DirectionTables, corpus):
     rows = np.zeros(corpus.n_src, np.float32)
     rows[:n_train] = tables.row_totals[:n_train]
     rows[corpus.null] = tables.row_totals[n_train]
-    return cells, rows, np.asarray(tables.buckets, np.float32)
+    fert = np.zeros((corpus.n_src, tables.fertility.shape[1]), np.float32)
+    fert[:n_train] = tables.fertility[:n_train]
+    return cells, rows, np.asarray(tables.buckets, np.float32), fert
 
 
 def merge_tables(prior: DirectionTables, new: DirectionTables) -> DirectionTables:
@@ -199,11 +221,15 @@ def merge_tables(prior: DirectionTables, new: DirectionTables) -> DirectionTable
     rows = new.row_totals.astype(np.float64).copy()
     rows[:n_old] += prior.row_totals[:n_old]
     rows[n_new] += prior.row_totals[n_old]
+    if prior.fertility.shape[1] != new.fertility.shape[1]:
+        raise UserError("merge_tables: the two tables' fertility columns differ")
+    fert = new.fertility.astype(np.float64).copy()
+    fert[:n_old] += prior.fertility[:n_old]
     return DirectionTables(list(new.src_words), list(new.tgt_words),
                            (k // width).astype(np.int32), (k % width).astype(np.int32),
                            summed.to_numpy(np.float32), rows.astype(np.float32),
                            (np.asarray(prior.buckets) + np.asarray(new.buckets)).astype(
-                               np.float32))
+                               np.float32), fert.astype(np.float32))
 
 
 # --- the directory ------------------------------------------------------------------------------
@@ -300,6 +326,9 @@ def load_tables(path) -> SavedTables:
     for name in directions:
         need = [f"{name}_{s}_{p}" for s in ("src", "tgt") for p in ("words", "offsets")] + \
             [f"{name}_{f}" for f in FIELDS]
+        kind = ALIGNER_KINDS[meta["model"]]
+        if f"{name}_fertility" not in arrays and not kind.fertility:
+            need.remove(f"{name}_fertility")  # tables of a version that had no fertility
         missing = [k for k in need if k not in arrays]
         if missing:
             raise DataError(f"{npz}: field {missing[0]} missing")
@@ -308,8 +337,9 @@ def load_tables(path) -> SavedTables:
                           f"{npz} ({name} source words)"),
             _unpack_words(arrays[f"{name}_tgt_words"], arrays[f"{name}_tgt_offsets"],
                           f"{npz} ({name} target words)"),
-            *(arrays[f"{name}_{f}"] for f in FIELDS))
-        t.check(f"{npz} ({name})", n_buckets(meta["model"], meta["max_jump"]))
+            *(arrays.get(f"{name}_{f}") for f in FIELDS))
+        t.check(f"{npz} ({name})", n_buckets(meta["model"], meta["max_jump"]),
+                MAX_FERTILITY + 1 if kind.fertility else 0)
         out[name] = t
     return SavedTables(meta, out)
 
@@ -331,6 +361,12 @@ def eflomal_priors_text(forward: DirectionTables | None, reverse: DirectionTable
         src = list(forward.src_words) + [NULL_WORD]
         for e, f, c in zip(forward.cell_src, forward.cell_tgt, forward.counts):
             lines.append(f"LEX\t{src[e]}\t{forward.tgt_words[f]}\t{_fmt(c)}")
+    for tag, t in (("FERF", forward), ("FERR", reverse)):
+        if t is not None and t.fertility.shape[1]:
+            for e, row in enumerate(t.fertility[:-1]):
+                for n, c in enumerate(row):
+                    if c > 0:
+                        lines.append(f"{tag}\t{t.src_words[e]}\t{n}\t{_fmt(c)}")
     for tag, t in (("HMMF", forward), ("HMMR", reverse)):
         if ALIGNER_KINDS[model].buckets == "jump" and t is not None:
             for k, c in enumerate(t.buckets[:2 * max_jump + 1]):
@@ -354,9 +390,10 @@ def read_eflomal_priors(path, model: str, max_jump: int) -> tuple[dict, dict]:
     """(per direction its :class:`DirectionTables` of pseudo-counts, the lines not used) of an
     eflomal priors file: ``LEX`` counts into the forward cells and, transposed, the reverse;
     ``HMMF`` / ``HMMR`` jumps clipped to [−D, D] into the HMM's forward / reverse buckets
-    (IBM1 has none and IBM2's are displacements: counted unused); ``FERF`` / ``FERR`` counted
-    unused. A malformed line is a
-    :class:`DataError` naming the file and line, before any work."""
+    (IBM1 has none and IBM2's are displacements: counted unused); ``FERF`` / ``FERR``
+    fertilities (clipped to F) into the fertility aligner's forward / reverse source words'
+    rows (other models: counted unused). A malformed line is a :class:`DataError` naming the
+    file and line, before any work."""
     from .corpus import read_utf8
 
     path = Path(path)
@@ -366,6 +403,7 @@ def read_eflomal_priors(path, model: str, max_jump: int) -> tuple[dict, dict]:
     lex: dict = {}
     jumps = {"HMMF": np.zeros(K), "HMMR": np.zeros(K)}
     unused = {"FERF": 0, "FERR": 0, "HMMF": 0, "HMMR": 0}
+    fert: dict = {"FERF": {}, "FERR": {}}
     arity = {"LEX": 4, "HMMF": 3, "HMMR": 3, "FERF": 4, "FERR": 4}
     for n, line in enumerate(read_utf8(path).splitlines(), 1):
         where = f"{path}:{n}"
@@ -392,17 +430,24 @@ def read_eflomal_priors(path, model: str, max_jump: int) -> tuple[dict, dict]:
             else:
                 unused[fields[0]] += 1
         else:
-            _number(fields[2], where, "the fertility", int)
-            unused[fields[0]] += 1
+            n_links = _number(fields[2], where, "the fertility", int)
+            if n_links < 0:
+                raise DataError(f"{where}: the fertility {fields[2]!r} must be ≥ 0")
+            if ALIGNER_KINDS[model].fertility:
+                key = (fields[1], min(n_links, MAX_FERTILITY))
+                fert[fields[0]][key] = fert[fields[0]].get(key, 0.0) + alpha
+            else:
+                unused[fields[0]] += 1
     out = {}
-    for name, tag, flip in (("forward", "HMMF", False), ("reverse", "HMMR", True)):
+    for name, tag, flip, ftag in (("forward", "HMMF", False, "FERF"),
+                                  ("reverse", "HMMR", True, "FERR")):
         pairs = {}
         for (e, f), c in lex.items():
             e, f = (f, e) if flip else (e, f)
             if f == NULL_WORD:  # a word aligned to nothing, this direction's target side NULL
                 continue
             pairs[(e, f)] = pairs.get((e, f), 0.0) + c
-        src = sorted({e for e, _ in pairs} - {NULL_WORD})
+        src = sorted(({e for e, _ in pairs} | {w for w, _ in fert[ftag]}) - {NULL_WORD})
         tgt = sorted({f for _, f in pairs})
         sid = {w: i for i, w in enumerate(src)}
         sid[NULL_WORD] = len(src)
@@ -411,6 +456,12 @@ def read_eflomal_priors(path, model: str, max_jump: int) -> tuple[dict, dict]:
         ct = np.array([tid[f] for _, f in pairs], np.int32)
         counts = np.array(list(pairs.values()), np.float32)
         rows = np.bincount(cs, weights=counts, minlength=len(src) + 1).astype(np.float32)
+        table = None
+        if ALIGNER_KINDS[model].fertility:
+            table = np.zeros((len(src) + 1, MAX_FERTILITY + 1), np.float32)
+            for (w, k), c in fert[ftag].items():
+                if w != NULL_WORD:
+                    table[sid[w], k] += c
         out[name] = DirectionTables(src, tgt, cs, ct, counts, rows,
-                                    jumps[tag].astype(np.float32))
+                                    jumps[tag].astype(np.float32), table)
     return out, {k: v for k, v in unused.items() if v}

@@ -39,7 +39,13 @@ from jax.scipy.special import digamma, gammaln
 
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
-from ..data.aligner_tables import ALIGNER_KINDS, ALIGNERS, AlignerKind, n_buckets
+from ..data.aligner_tables import (
+    ALIGNER_KINDS,
+    ALIGNERS,
+    MAX_FERTILITY,
+    AlignerKind,
+    n_buckets,
+)
 from ..structures import jax_ops
 from ..structures.linear_chain import chain_forward
 from ..structures.semirings import PROB
@@ -66,7 +72,7 @@ class AlignerSpec:
     gamma: float = 1.0
     max_jump: int = 8
     beta: float = 1.0
-    max_fertility: int = 8
+    max_fertility: int = MAX_FERTILITY
 
     def __post_init__(self):
         if self.model not in ALIGNERS:
@@ -159,11 +165,13 @@ class TablePrior(NamedTuple):
     ``rows [n_src]`` each row's total over *all* its pseudo-counts (those outside the corpus's
     cells included, so a row keeps the mass it had), ``buckets [K]`` the buckets'. The prior
     becomes θ_e ~ Dirichlet(α + p_e), δ ~ Dirichlet(γ + p_δ); a pair (e, f) with no pseudo-count
-    (an unseen word) keeps α."""
+    (an unseen word) keeps α; ``fertility [n_src, F + 1]`` the fertility rows' (ψ_e ~
+    Dirichlet(β + p_e); no columns for a model without fertilities)."""
 
     cells: jax.Array
     rows: jax.Array
     buckets: jax.Array
+    fertility: jax.Array
 
 
 def _prior_parts(prior, counts, cell_src, n_src):
@@ -562,8 +570,10 @@ def fertility_counts(spec, drawn_fert, n_src: int, dtype=jnp.float32):
 
 def sample_fertility(key, spec, counts, prior=None):
     """log ψ ``[n_src, F + 1]`` of a draw of every source word's Dirichlet(β + p + counts)
-    (``prior``: pseudo-counts ``[n_src, F + 1]`` or None)."""
-    a = spec.beta + counts + (0.0 if prior is None else prior)
+    (``prior``: a :class:`TablePrior`, its ``fertility`` the pseudo-counts p, or None)."""
+    a = spec.beta + counts
+    if prior is not None and prior.fertility.shape[-1]:
+        a = a + prior.fertility.astype(a.dtype)
     log_g = log_gamma_draws(key, a)
     return log_g - jax.nn.logsumexp(log_g, -1, keepdims=True)
 

@@ -186,6 +186,9 @@ class ConjugateGibbs(MCMCKernel):
         z = {"loglik": jnp.zeros((), log_theta.dtype), "log_dist": log_dist,
              "bucket_counts": jnp.zeros((self.spec.n_buckets,), log_theta.dtype),
              "track": jnp.zeros((sum(int(t.shape[0]) for t in track),), jnp.int32)}
+        if self.spec.kind.fertility:
+            z["fert_counts"] = jnp.zeros((self.sizes["n_src"], self.spec.n_fertility),
+                                         log_theta.dtype)
         if self.record_tables:
             z["log_theta"] = log_theta
         return GibbsState(jnp.zeros((), jnp.int32), rng_key, log_theta, log_dist, marg, z,
@@ -205,13 +208,15 @@ class ConjugateGibbs(MCMCKernel):
         if spec.kind.fertility:
             align = tuple(aligns)
             log_psi = al.sample_fertility(jax.random.fold_in(k_dist, 1), spec,
-                                          total["drawn_fert"])
+                                          total["drawn_fert"], data.get("prior"))
         prior = data.get("prior")
         log_theta = al.sample_translation(k_theta, spec, total["drawn_cells"], data["cell_src"],
                                           sizes["n_src"], sizes["n_tgt"], prior)
         log_dist = al.sample_buckets(k_dist, spec, total["drawn_buckets"], prior)
         z = {"loglik": total["loglik"], "log_dist": state.log_dist,
              "bucket_counts": total["drawn_buckets"], "track": tracked}
+        if spec.kind.fertility:
+            z["fert_counts"] = total["drawn_fert"]
         if self.record_tables:  # the tables this sweep's alignments were drawn under
             z["log_theta"] = state.log_theta
         return GibbsState(state.i + 1, key, log_theta, log_dist, marg, z, align, log_psi)
@@ -299,9 +304,12 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are dropped once on
     the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`);
     ``prior``: pseudo-counts from tables trained elsewhere (:func:`device_corpus`), the chains
-    started from their posterior means. Returns ``marginals`` (per class ``[n, B, S1, T]``,
-    averaged over chains and draws); ``counts``: the posterior mean counts (cells ``[C]``
-    from the marginals, buckets ``[K]`` the drawn counts' mean) — the tables to save;
+    started from their posterior means. The fertility aligner's chains start from
+    :func:`hmm_start` (HMM sweeps: a quarter of the fertility sweeps, at least 2, as eflomal's
+    model 3). Returns ``marginals`` (per class ``[n, B, S1, T]``, averaged over chains and
+    draws); ``counts``: the posterior mean counts (cells ``[C]`` from the marginals, buckets
+    ``[K]`` and fertilities ``[n_src, F + 1]`` (or None) the drawn counts' means) — the
+    tables to save;
     ``traces``: ``loglik [chains, draws]``, ``track [chains, draws, n_track]`` (the tracked
     words' drawn positions), ``log_dist [chains, draws, K]``, ``bucket_counts``; ``agreement``
     (two chains or more; else None): over *every* target word of the corpus, the largest total
@@ -337,7 +345,8 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     del mcmc  # its last state holds every chain's accumulators
     drawn = z["bucket_counts"]  # [chains, draws, K]
     counts = (np.asarray(cells), drawn.mean((0, 1)) if drawn.size else
-              np.zeros(spec.n_buckets, np.float32))
+              np.zeros(spec.n_buckets, np.float32),
+              z.pop("fert_counts").mean((0, 1)) if spec.kind.fertility else None)
     agreement = None
     if tv:
         tv = np.concatenate(tv)
