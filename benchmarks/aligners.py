@@ -15,7 +15,9 @@ symmetrized links.
   its ``eflomal-align``), skipped with a message when absent;
 - ours: ``ibm1``, ``ibm2``, ``hmm`` × ``gibbs`` (``--chains`` chains, ``--warmup`` +
   ``--samples`` sweeps, per size: 4 chains at 10k for R-hat, one at 100k; IBM2 / HMM started
-  from 5 sweeps of IBM1's VB) and ``vb`` (at most ``--iterations`` sweeps).
+  from 5 sweeps of IBM1's VB) and ``vb`` (at most ``--iterations`` sweeps); ``fertility`` ×
+  ``gibbs`` (the same sweeps, started from an HMM chain of a quarter of them, as eflomal's
+  ``-m 3`` starts from its HMM).
 
 Every run is its own process (``--one``): its wall time from start to written links (JAX's
 compilation included — the persistent cache is switched off) and its peak resident memory
@@ -38,7 +40,8 @@ import time
 from pathlib import Path
 
 TEST_PAIRS = 500
-OURS = [(m, k) for m in ("ibm1", "ibm2", "hmm") for k in ("gibbs", "vb")]
+OURS = [(m, k) for m in ("ibm1", "ibm2", "hmm") for k in ("gibbs", "vb")] + \
+    [("fertility", "gibbs")]
 
 
 def make_corpus(n: int, folder: Path) -> tuple[Path, Path]:
@@ -84,6 +87,7 @@ def run_eflomal(exe: str, m: int, corpus: Path, gold: Path, work: Path) -> dict:
 
 def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts: dict) -> dict:
     from ppl_attention.cli import main
+    from ppl_attention.data.aligner_tables import ALIGNER_KINDS
     from ppl_attention.data.pharaoh import read_pharaoh
 
     os.environ["PPL_ATTENTION_JAX_CACHE"] = "off"
@@ -92,7 +96,7 @@ def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts
     if method == "gibbs":
         argv += ["--chains", str(opts["chains"]), "--warmup", str(opts["warmup"]),
                  "--samples", str(opts["samples"])]
-        if model != "ibm1":
+        if ALIGNER_KINDS[model].buckets != "none":
             argv += ["--init-sweeps", "5"]
     else:
         argv += ["--iterations", str(opts["iterations"])]

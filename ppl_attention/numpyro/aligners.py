@@ -54,7 +54,7 @@ __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_tran
            "expected_log_translation",
            "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
            "batch_step", "uniform_tables", "TablePrior", "posterior_mean_log_translation",
-           "posterior_mean_log_buckets", "fertility_counts", "sample_fertility"]
+           "posterior_mean_log_buckets", "fertility_counts", "sample_fertility", "ALIGNER_KINDS"]
 
 NEG = LOG_ZERO
 
@@ -171,7 +171,7 @@ class TablePrior(NamedTuple):
     cells: jax.Array
     rows: jax.Array
     buckets: jax.Array
-    fertility: jax.Array
+    fertility: jax.Array | None = None
 
 
 def _prior_parts(prior, counts, cell_src, n_src):
@@ -572,7 +572,7 @@ def sample_fertility(key, spec, counts, prior=None):
     """log ψ ``[n_src, F + 1]`` of a draw of every source word's Dirichlet(β + p + counts)
     (``prior``: a :class:`TablePrior`, its ``fertility`` the pseudo-counts p, or None)."""
     a = spec.beta + counts
-    if prior is not None and prior.fertility.shape[-1]:
+    if prior is not None and prior.fertility is not None and prior.fertility.shape[-1]:
         a = a + prior.fertility.astype(a.dtype)
     log_g = log_gamma_draws(key, a)
     return log_g - jax.nn.logsumexp(log_g, -1, keepdims=True)

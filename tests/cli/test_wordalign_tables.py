@@ -118,7 +118,8 @@ def test_prior_lands_on_the_new_corpus_cells():
     corpus, src, tgt = index_pairs(pairs, batch=2, src_vocab=t.src_words,
                                    tgt_vocab=t.tgt_words)
     assert src == ["a", "b", "c"] and tgt == ["x", "y", "z", "w"] and corpus.null == 3
-    cells, rows, buckets = at.prior_for_corpus(t, corpus)
+    cells, rows, buckets, fertility = at.prior_for_corpus(t, corpus)
+    assert fertility.shape == (4, 0)  # no fertility rows in an HMM's tables
     got = {(src + ["NULL"])[e] + tgt[f]: float(c)
            for e, f, c in zip(corpus.cell_src, corpus.cell_tgt, cells)}
     assert got == {"bz": 0.0, "by": 3.0, "bw": 0.0, "cz": 0.0, "cy": 0.0, "cw": 0.0,
@@ -185,6 +186,35 @@ def test_tables_round_trip_and_eflomal_priors(tmp_path):
     assert unused == {}
     _, unused = at.read_eflomal_priors(tmp_path / "hmm" / "eflomal.priors", "ibm2", 2)
     assert unused == {"HMMF": 4}
+
+
+def test_fertility_tables_round_trip_and_eflomal_fer_lines(tmp_path):
+    """The fertility aligner's tables keep their fertility rows through save and load; written
+    as FERF lines and read back (fertilities past F clipped to F) they are the same counts."""
+    t = _tables()
+    t.fertility = np.zeros((3, at.MAX_FERTILITY + 1), np.float32)
+    t.fertility[0, [0, 1]] = [2.0, 5.0]
+    t.fertility[1, 2] = 1.5
+    meta = {"model": "fertility", "alpha": 0.01, "gamma": 1.0, "max_jump": 2, "method": "gibbs"}
+    at.save_tables(tmp_path / "f", at.SavedTables(meta, {"forward": t}))
+    back = at.load_tables(tmp_path / "f").directions["forward"]
+    np.testing.assert_array_equal(back.fertility, t.fertility)
+    text = (tmp_path / "f" / "eflomal.priors").read_text(encoding="utf-8")
+    assert "FERF\ta\t0\t2\nFERF\ta\t1\t5\nFERF\tb\t2\t1.5\n" in text
+    (tmp_path / "p").write_text(text + "FERF\tb\t12\t3\nFERR\tz\t1\t4\n", encoding="utf-8")
+    priors, unused = at.read_eflomal_priors(tmp_path / "p", "fertility", 2)
+    f = priors["forward"]
+    row = {w: f.fertility[k] for k, w in enumerate(f.src_words)}
+    np.testing.assert_array_equal(row["a"][:2], [2.0, 5.0])
+    assert row["b"][2] == 1.5 and row["b"][at.MAX_FERTILITY] == 3.0  # 12 links: F's column
+    r = priors["reverse"]
+    assert r.fertility[r.src_words.index("z"), 1] == 4.0 and unused == {}
+    # a fertility table of the wrong width is refused on load
+    z = dict(np.load(tmp_path / "f" / "tables.npz"))
+    z["forward_fertility"] = np.ones((3, 4), np.float32)
+    np.savez(tmp_path / "f" / "tables.npz", **z)
+    with pytest.raises(DataError, match=r"fertility must be a float array \[3, 9\]"):
+        at.load_tables(tmp_path / "f")
 
 
 def test_eflomal_priors_fertility_lines_reported_unused(tmp_path):
@@ -265,7 +295,7 @@ def _corrupt(path, how):
     ("cell outside", "tables.npz (forward): cell_tgt outside [0, 3)"),
     ("wrong buckets", "tables.npz (forward): 3 jump buckets, the model has 6"),
     ('format="other"', "meta.json: not the meta of wordalign tables"),
-    ('model="fertility"', "meta.json: field 'model' must be one of ibm1, ibm2, hmm"),
+    ('model="ibm5"', "meta.json: field 'model' must be one of ibm1, ibm2, hmm, fertility"),
     ("alpha=-1", "meta.json: field 'alpha' must be > 0"),
     ('directions=["sideways"]', "meta.json: field 'directions' must list forward"),
 ])
@@ -323,13 +353,18 @@ def test_save_writes_the_runs_expected_counts(trained):
     (["--max-jump", "3"], "error: --max-jump 3: the tables in {t} are --max-jump 8"),
     (["--priors", "{d}/tables/eflomal.priors"], "error: --load and --priors: give one"),
     (["--load", "{d}/new"], "error: --load {d}/new: not a folder written by wordalign --save"),
+    (["--priors", "{d}/tables/eflomal.priors", "--model", "fertility", "--method", "vb",
+      "--load", ""], "error: --model fertility runs by gibbs, not --method vb"),
 ])
 def test_load_refuses_conflicting_options(trained, extra, message):
     d, t = str(trained), str(trained / "tables")
     argv = ["wordalign", "-i", f"{d}/new", "-f", f"{d}/never"]
     if "--load" not in extra:
         argv += ["--load", t]
-    rc, out, err = _run(argv + [x.format(d=d) for x in extra])
+    extra = [x.format(d=d) for x in extra]
+    if "" in extra:  # no --load at all
+        extra = extra[:extra.index("--load")]
+    rc, out, err = _run(argv + extra)
     assert rc == 2 and out == ""
     assert err.startswith(message.format(t=t, d=d)) and err.count("\n") == 1
     assert not (trained / "never").exists()

@@ -76,7 +76,12 @@ def _brute(spec, log_theta, log_dist, b, r):
     return out
 
 
-@pytest.mark.parametrize("model", al.ALIGNERS)
+#: the aligners whose alignments are drawn exactly given the tables (the fertility aligner's
+#: single-site sweep has its own tests: tests/numpyro/test_fertility_aligner.py)
+BLOCKED = [m for m in al.ALIGNERS if not al.ALIGNER_KINDS[m].fertility]
+
+
+@pytest.mark.parametrize("model", BLOCKED)
 def test_conditionals_equal_brute_force(model):
     spec = al.aligner(model, max_jump=2)
     corpus = _corpus()
@@ -109,7 +114,7 @@ def test_conditionals_equal_brute_force(model):
             np.testing.assert_allclose(np.asarray(out["expected_buckets"]), buckets, atol=1e-4)
 
 
-@pytest.mark.parametrize("model", al.ALIGNERS)
+@pytest.mark.parametrize("model", BLOCKED)
 def test_drawn_alignments_follow_the_posterior(model):
     """The draws' frequency of each whole alignment of each pair equals its exact posterior
     probability within 4.5 standard errors (20,000 draws)."""

@@ -233,6 +233,12 @@ def _track_indices(corpus, n_track: int, seed: int):
             for r, s, e in zip(real, starts[:-1], starts[1:])]
 
 
+def _check_method(spec: al.AlignerSpec, method: str) -> None:
+    if method not in spec.kind.methods:
+        raise UserError(f"the {spec.model} aligner runs by {', '.join(spec.kind.methods)}, "
+                        f"not {method}")
+
+
 def _check_counts(**values) -> None:
     for name, (v, lo) in values.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -488,6 +494,7 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
     (cells ``[C]``, buckets ``[K]``) that make q(θ_e) = Dirichlet(α + counts of e's cells) and
     q(δ) = Dirichlet(γ + bucket counts)."""
     _check_counts(iterations=(iterations, 1))
+    _check_method(spec, "vb")
     counts_c = jnp.zeros(sizes["n_cells"], jnp.float32)
     counts_b = jnp.zeros(spec.n_buckets, jnp.float32)
 
@@ -534,6 +541,7 @@ def run_svb(spec: al.AlignerSpec, corpus, epochs: int = 5, tau: float = 1.0,
     """Stochastic VB: each step one batch of the corpus (its expected counts scaled to the
     corpus), the natural parameters moved by ρ_t = (τ + t)^−κ; then one full E-step for the
     marginals. ``elbo``: the full ELBO after each epoch."""
+    _check_method(spec, "svb")
     if not 0.5 < kappa <= 1:
         raise UserError(f"--kappa must be in (0.5, 1] (Robbins–Monro), got {kappa}")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
