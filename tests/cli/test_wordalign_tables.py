@@ -415,3 +415,37 @@ def test_load_aligns_new_text_like_the_training_corpus(trained, tmp_path):
     # eflomal's file holds the forward counts only (LEX lines); the reverse reads them
     # transposed, without the reverse's NULL links — measured, not held to a bound
     assert priors["forward"] <= joint["forward"] + 0.03, (priors, joint)
+
+
+@pytest.mark.integration
+def test_fertility_aligner_end_to_end(trained, tmp_path):
+    """``--model fertility`` by ``gibbs`` on the 200 pairs (the new ones first, with gold):
+    Pharaoh links in both directions, AER no worse than the HMM's with the same sweeps plus
+    0.03, its tables saved with fertility rows (each source position counted once per kept
+    draw: the rows sum to the source words), and ``--load`` of them on the new pairs."""
+    def run(model, extra=()):
+        rc, _, err = _run(["wordalign", "-i", str(trained / "joint"), "--model", model,
+                           "--chains", "2", "--warmup", "10", "--samples", "10",
+                           "--symmetrize", "grow-diag-final-and", "-o", str(tmp_path / "sym"),
+                           "--gold", str(trained / "gold"), *extra])
+        assert rc == 0, err
+        return {k: v["aer"] for k, v in json.loads(err[err.index("\n{") + 1:])["scores"].items()}
+
+    hmm = run("hmm")
+    fert = run("fertility", ["--save", str(tmp_path / "tables")])
+    for name in ("forward", "reverse", "grow-diag-final-and"):
+        assert fert[name] <= hmm[name] + 0.03, (name, fert, hmm)
+    saved = at.load_tables(tmp_path / "tables")
+    f = saved.directions["forward"]
+    assert saved.meta["model"] == "fertility" and f.fertility.shape[1] == at.MAX_FERTILITY + 1
+    joint = [line.split(" ||| ") for line in (trained / "joint").read_text().splitlines()]
+    np.testing.assert_allclose(f.fertility.sum(), sum(len(s.split()) for s, _ in joint),
+                               rtol=1e-5)
+    assert f.fertility[-1].sum() == 0  # NULL has no fertility
+    rc, _, err = _run(["wordalign", "-i", str(trained / "new"), "--load", str(tmp_path / "tables"),
+                       "--warmup", "5", "--samples", "5", "-f", str(tmp_path / "fwd"),
+                       "--gold", str(trained / "gold")])
+    assert rc == 0, err
+    report = json.loads(err[err.index("\n{") + 1:])
+    assert report["model"] == "fertility"
+    assert report["scores"]["forward"]["aer"] <= fert["forward"] + 0.03
