@@ -77,15 +77,20 @@ def save_arrays(path: str | os.PathLike, groups: dict[str, dict]) -> None:
             os.remove(tmp)
 
 
-def load_arrays(path: str | os.PathLike) -> dict[str, dict]:
-    """``{group: pytree}`` from :func:`save_arrays`' file; a file holding pickled objects is
-    refused without running them."""
+def read_plain_npz(path: str | os.PathLike, what: str = "parameter file") -> dict:
+    """Every array of an ``.npz`` by name, read with ``allow_pickle=False``: a file holding
+    pickled objects is refused without running them (:class:`UnsafeCheckpoint`), one that is
+    no archive is a :class:`UserError` naming ``what`` it should have been."""
     try:
         with np.load(path, allow_pickle=False) as f:
-            flat = {k: f[k] for k in f.files}
+            return {k: f[k] for k in f.files}
     except ValueError as e:
         raise UnsafeCheckpoint(f"{path}: holds pickled objects, not plain arrays; refusing to "
                                f"load it ({e})") from None
     except (OSError, zipfile.BadZipFile, EOFError) as e:
-        raise UserError(f"{path}: unreadable parameter file ({e})") from None
-    return unflatten_tree(flat)
+        raise UserError(f"{path}: unreadable {what} ({e})") from None
+
+
+def load_arrays(path: str | os.PathLike) -> dict[str, dict]:
+    """``{group: pytree}`` from :func:`save_arrays`' file (:func:`read_plain_npz`)."""
+    return unflatten_tree(read_plain_npz(path))

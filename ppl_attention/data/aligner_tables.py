@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.arrays import read_plain_npz
 from ..core.errors import DataError, UserError
 
 __all__ = ["DirectionTables", "SavedTables", "NULL_WORD", "FORMAT", "save_tables",
@@ -282,7 +283,8 @@ META_KEYS = {"model": str, "alpha": float, "gamma": float, "max_jump": int}
 def load_tables(path) -> SavedTables:
     """Read and check a ``--save`` directory; anything else — not a folder, a file missing,
     ``tables.npz`` not a NumPy archive (a pickle included), a field missing or inconsistent,
-    ``meta.json`` of another format — is a :class:`DataError` naming the file and the field."""
+    ``meta.json`` of another format — is refused naming the file and the field (a pickle:
+    :class:`~ppl_attention.core.errors.UnsafeCheckpoint`, never unpickled)."""
     path = Path(path)
     if not path.is_dir():
         raise DataError(f"--load {path}: not a folder written by wordalign --save")
@@ -311,14 +313,7 @@ def load_tables(path) -> SavedTables:
             not set(directions) <= {"forward", "reverse"}:
         raise DataError(f"{meta_file}: field 'directions' must list forward and/or reverse, "
                         f"got {directions!r}")
-    try:
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except ValueError as e:
-        raise DataError(f"{npz}: refused — {e} (a run directory is data: pickles are never "
-                        f"loaded)") from None
-    except Exception as e:  # noqa: BLE001 — a corrupted archive: zipfile, OSError, EOFError
-        raise DataError(f"{npz}: not a NumPy archive ({type(e).__name__}: {e})") from None
+    arrays = read_plain_npz(npz, "wordalign tables file")
     if meta["model"] not in ALIGNERS:
         raise DataError(f"{meta_file}: field 'model' must be one of {', '.join(ALIGNERS)}, got "
                         f"{meta['model']!r}")
