@@ -3,7 +3,10 @@ process), and format mean ± sd over seeds."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import subprocess
+import sys
 
 from ppl_attention.tools.sweep import mean_sd
 
@@ -21,3 +24,23 @@ def cell(xs, digits: int = 2) -> str:
     """``mean ± sd`` of the values that are not None, ``—`` when none are."""
     ms = mean_sd(xs)
     return "—" if ms is None else f"{ms[0]:.{digits}f} ± {ms[1]:.{digits}f}"
+
+
+def spawn_one(script: str, job: dict) -> dict:
+    """``python script --one JOB`` in a fresh interpreter — its own wall time, compilation and
+    peak memory —, the result the JSON of its last line of standard output; a failed run ends
+    the benchmark naming the job, with the tail of its standard error."""
+    p = subprocess.run([sys.executable, script, "--one", json.dumps(job)], text=True,
+                       capture_output=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-3000:])
+        raise SystemExit(f"run failed: {job}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def answer_one(args, one) -> bool:
+    """In a ``--one`` worker (:func:`spawn_one`): run ``one(job)``, print its JSON, return True."""
+    if not args.one:
+        return False
+    print(json.dumps(one(json.loads(args.one))))
+    return True

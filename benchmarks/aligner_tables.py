@@ -23,10 +23,10 @@ import json
 import os
 import resource
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from _jobs import answer_one, spawn_one
 
 
 def make_corpora(n_train: int, n_new: int, folder: Path) -> dict:
@@ -69,12 +69,7 @@ def one(job: dict) -> dict:
 
 
 def _spawn(job: dict) -> dict:
-    p = subprocess.run([sys.executable, __file__, "--one", json.dumps(job)], text=True,
-                       capture_output=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr[-3000:])
-        raise SystemExit(f"run failed: {job['row']}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return spawn_one(__file__, job)
 
 
 def main() -> None:
@@ -84,8 +79,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/aligner_tables")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.one:
-        print(json.dumps(one(json.loads(args.one))))
+    if answer_one(args, one):
         return
     from tqdm import tqdm
 

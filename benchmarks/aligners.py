@@ -39,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+from _jobs import answer_one, spawn_one
+
 TEST_PAIRS = 500
 OURS = [(m, k) for m in ("ibm1", "ibm2", "hmm") for k in ("gibbs", "vb")] + \
     [("fertility", "gibbs")]
@@ -132,12 +134,7 @@ def one(job: dict) -> dict:
 
 
 def _spawn(job: dict) -> dict:
-    p = subprocess.run([sys.executable, __file__, "--one", json.dumps(job)], text=True,
-                       capture_output=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr[-3000:])
-        raise SystemExit(f"run failed: {job}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return spawn_one(__file__, job)
 
 
 def _table(rows: list[dict]) -> str:
@@ -174,8 +171,7 @@ def main() -> None:
     ap.add_argument("--iterations", default="30", help="vb sweeps, per size")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.one:
-        print(json.dumps(one(json.loads(args.one))))
+    if answer_one(args, one):
         return
     from tqdm import tqdm
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import jsonio
 from ..core.arrays import read_plain_npz
 from ..core.errors import DataError, UserError
 
@@ -269,7 +270,7 @@ def save_tables(path, saved: SavedTables) -> None:
 
     def fill(tmp: Path) -> None:
         np.savez(tmp / "tables.npz", **arrays)
-        atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1) + "\n")
+        atomic_write_text(tmp / "meta.json", jsonio.dumps(meta, indent=1) + "\n")
         atomic_write_text(tmp / "eflomal.priors", eflomal_priors_text(
             saved.directions.get("forward"), saved.directions.get("reverse"),
             saved.meta["model"], int(saved.meta["max_jump"])))
