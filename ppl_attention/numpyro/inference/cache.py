@@ -29,8 +29,10 @@ def enable_compilation_cache() -> str | None:
     """Turn on JAX's persistent compilation cache in the user's cache directory
     (``$XDG_CACHE_HOME/ppl_attention/jax``, else ``~/.cache/ppl_attention/jax``), or in the
     directory ``$PPL_ATTENTION_JAX_CACHE`` names; ``PPL_ATTENTION_JAX_CACHE=off`` leaves it
-    off. Returns the directory used (None: off). Compilations under half a second are not
-    kept."""
+    off. Returns the directory used (None: off). Every compilation is kept, the small ones
+    too: a run's many short programs (one per shape class and operation) add up to more than its
+    few long ones (a `wordalign --load` of 1,000 pairs: 31 s warm when only those over half a
+    second were kept, 16 s with all, in a 4.6 MB cache)."""
     setting = os.environ.get(CACHE_ENV, "").strip()
     if setting.lower() in ("0", "off", "no", "false", "none"):
         return None
@@ -41,7 +43,7 @@ def enable_compilation_cache() -> str | None:
         raise UserError(f"{CACHE_ENV}: cannot use {path} as JAX's compilation cache ({e}); "
                         f"set {CACHE_ENV}=off to train without it") from None
     jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return str(path)
 
