@@ -277,7 +277,8 @@ def ibm1_start(spec: al.AlignerSpec, sizes: dict, data: dict, sweeps: int = 5,
     """A start for IBM2 / HMM chains, as eflomal and GIZA++ train IBM1 first: ``sweeps`` of
     IBM1's VB, the posterior mean of the translation table (``{"log_theta": [C]}``)."""
     ibm1 = al.aligner("ibm1", alpha=spec.alpha)
-    res = vb_sweeps(ibm1, sizes, data, iterations=sweeps, tol=0.0, progress=progress)
+    res = vb_sweeps(ibm1, sizes, data, iterations=sweeps, tol=0.0, progress=progress,
+                    marginals=False)
     counts = jnp.asarray(res["counts"][0])
     return {"log_theta": posterior_mean_log_translation(spec, sizes, data, counts)}
 
@@ -487,10 +488,11 @@ def _json_number(x):
 
 
 def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 50,
-              tol: float = 1e-6, progress: bool = True) -> dict:
+              tol: float = 1e-6, progress: bool = True, marginals: bool = True) -> dict:
     """Mean-field VB on a corpus given as (``sizes``, ``data``) (:func:`device_corpus`) to
     convergence (relative ELBO change below ``tol``) or ``iterations`` sweeps: ``marginals``
-    (per class, under the last q), ``elbo`` per sweep, ``counts`` — the expected counts
+    (per class, under the last q; None with ``marginals=False``, which leaves them uncomputed
+    — IBM1's start needs only the counts), ``elbo`` per sweep, ``counts`` — the expected counts
     (cells ``[C]``, buckets ``[K]``) that make q(θ_e) = Dirichlet(α + counts of e's cells) and
     q(δ) = Dirichlet(γ + bucket counts)."""
     _check_counts(iterations=(iterations, 1))
@@ -505,7 +507,7 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
         total, probs, _ = _sweep(spec, jax.random.PRNGKey(0), lt, ld, sizes, data, "expect")
         kl = _translation(al.translation_kl, spec, counts_c, sizes, data) + \
             al.bucket_kl(spec, counts_b, data.get("prior"))
-        return total, probs, total["loglik"] - kl
+        return total, probs if marginals else None, total["loglik"] - kl
 
     elbo, probs = [], None
     bar = progress_bar(range(iterations), desc=f"vb {spec.model}", unit="sweep",
@@ -518,7 +520,7 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
         if len(elbo) > 1 and abs(elbo[-1] - elbo[-2]) <= tol * abs(elbo[-2]):
             break
     bar.close()
-    return {"marginals": [np.asarray(p) for p in probs], "elbo": elbo,
+    return {"marginals": [np.asarray(p) for p in probs] if marginals else None, "elbo": elbo,
             "counts": (np.asarray(counts_c), np.asarray(counts_b))}
 
 
