@@ -57,7 +57,8 @@ def add_parsers(sub) -> None:
                    "never saw keeps --alpha; the chains start from the tables' means); the "
                    "model and its options are the tables'")
     p.add_argument("--priors", metavar="FILE", help="eflomal's priors file (eflomal-makepriors "
-                   "format: LEX, HMMF, HMMR lines) as pseudo-counts of the prior")
+                   "format: LEX, HMMF, HMMR, FERF, FERR lines) as pseudo-counts of the prior; "
+                   "lines the model has no use for are named on stderr")
     for flag, kind, default, text in (
             ("--alpha", float, 0.01, "translation Dirichlet concentration per target word"),
             ("--gamma", float, 1.0, "distortion / jump Dirichlet concentration"),
@@ -127,6 +128,9 @@ def _resolve_tables(args) -> tuple[dict | None, int]:
     for k, v in SPEC_DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    from ..numpyro.aligners import aligner
+
+    aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
     if args.priors:
         tables, unused = read_eflomal_priors(args.priors, args.model, args.max_jump)
         if unused:
@@ -147,7 +151,8 @@ def check_wordalign(args):
 
     opts = _method_options(args)
     tables, trained_pairs = _resolve_tables(args)
-    if tables is not None and "init_sweeps" in opts and args.init_sweeps is None:
+    args.trained_pairs = trained_pairs
+    if args.load and "init_sweeps" in opts and args.init_sweeps is None:
         opts["init_sweeps"] = 0  # the chains start from the tables' means, not IBM1's
     aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
     if args.method not in ALIGNER_KINDS[args.model].methods:
@@ -350,8 +355,10 @@ def cmd_wordalign(args) -> int:
         saved = {"forward": fwd.pop("tables")}
         if both:
             saved["reverse"] = rev.pop("tables")
+        elif args.load and "reverse" in tables:  # not run this time: kept as loaded
+            saved["reverse"] = tables["reverse"]
         meta = {k: getattr(args, k) for k in SPEC_DEFAULTS}
-        meta.update(method=args.method, n_pairs=len(pairs),
+        meta.update(method=args.method, n_pairs=len(pairs) + args.trained_pairs,
                     trained_on=str(args.input), prior=report.get("load") or report.get("priors"))
         save_tables(args.save, SavedTables(meta, saved))
         print(f"[wordalign] tables saved to {args.save} ({', '.join(saved)})", file=sys.stderr)

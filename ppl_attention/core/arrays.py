@@ -82,6 +82,13 @@ def read_plain_npz(path: str | os.PathLike, what: str = "parameter file") -> dic
     pickled objects is refused without running them (:class:`UnsafeCheckpoint`), one that is
     no archive is a :class:`UserError` naming ``what`` it should have been."""
     try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise UserError(f"{path}: unreadable {what} ({e})") from None
+    if magic[:2] != b"PK":
+        raise UserError(f"{path}: not an .npz archive (the {what} is one)")
+    try:
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
     except ValueError as e:

@@ -194,7 +194,8 @@ def prior_for_corpus(tables: DirectionTables, corpus):
     width = max(corpus.n_tgt, 1)
     where = pd.Index(src * width + tables.cell_tgt).get_indexer(
         np.asarray(corpus.cell_src, np.int64) * width + np.asarray(corpus.cell_tgt))
-    cells = np.where(where >= 0, tables.counts[np.maximum(where, 0)], 0.0).astype(np.float32)
+    padded = np.append(np.asarray(tables.counts, np.float32), np.float32(0))  # [-1]: no cell
+    cells = padded[where].astype(np.float32)
     rows = np.zeros(corpus.n_src, np.float32)
     rows[:n_train] = tables.row_totals[:n_train]
     rows[corpus.null] = tables.row_totals[n_train]
@@ -349,7 +350,8 @@ def _fmt(x: float) -> str:
 def eflomal_priors_text(forward: DirectionTables | None, reverse: DirectionTables | None,
                         model: str, max_jump: int) -> str:
     """eflomal's priors of these tables: ``LEX`` from the forward counts (NULL as
-    ``<NULL>``); for the HMM, ``HMMF`` / ``HMMR`` from the forward / reverse jump buckets
+    ``<NULL>``); ``FERF`` / ``FERR`` from the fertility rows, fertilities ≥ 1 as eflomal counts
+    them; for the HMM, ``HMMF`` / ``HMMR`` from the forward / reverse jump buckets
     −D … D (the NULL bucket has no line: eflomal's NULL prior is an option of its own; IBM2's
     buckets are displacements from the diagonal, not jumps, and have none)."""
     lines = []
@@ -360,7 +362,7 @@ def eflomal_priors_text(forward: DirectionTables | None, reverse: DirectionTable
     for tag, t in (("FERF", forward), ("FERR", reverse)):
         if t is not None and t.fertility.shape[1]:
             for e, row in enumerate(t.fertility[:-1]):
-                for n, c in enumerate(row):
+                for n, c in enumerate(row[1:], 1):  # eflomal counts linked words only
                     if c > 0:
                         lines.append(f"{tag}\t{t.src_words[e]}\t{n}\t{_fmt(c)}")
     for tag, t in (("HMMF", forward), ("HMMR", reverse)):
@@ -386,6 +388,8 @@ def read_eflomal_priors(path, model: str, max_jump: int) -> tuple[dict, dict]:
     """(per direction its :class:`DirectionTables` of pseudo-counts, the lines not used) of an
     eflomal priors file: ``LEX`` counts into the forward cells and, transposed, the reverse;
     ``HMMF`` / ``HMMR`` jumps clipped to [−D, D] into the HMM's forward / reverse buckets
+    (eflomal-makepriors also counts each sentence's jump to its end, which this HMM has not:
+    it lands in the buckets like the others)
     (IBM1 has none and IBM2's are displacements: counted unused); ``FERF`` / ``FERR``
     fertilities (clipped to F) into the fertility aligner's forward / reverse source words'
     rows (other models: counted unused). A malformed line is a :class:`DataError` naming the

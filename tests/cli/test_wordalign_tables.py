@@ -200,12 +200,13 @@ def test_fertility_tables_round_trip_and_eflomal_fer_lines(tmp_path):
     back = at.load_tables(tmp_path / "f").directions["forward"]
     np.testing.assert_array_equal(back.fertility, t.fertility)
     text = (tmp_path / "f" / "eflomal.priors").read_text(encoding="utf-8")
-    assert "FERF\ta\t0\t2\nFERF\ta\t1\t5\nFERF\tb\t2\t1.5\n" in text
+    assert "FERF\ta\t1\t5\nFERF\tb\t2\t1.5\n" in text  # fertility ≥ 1, as eflomal's
+    assert "FERF\ta\t0" not in text
     (tmp_path / "p").write_text(text + "FERF\tb\t12\t3\nFERR\tz\t1\t4\n", encoding="utf-8")
     priors, unused = at.read_eflomal_priors(tmp_path / "p", "fertility", 2)
     f = priors["forward"]
     row = {w: f.fertility[k] for k, w in enumerate(f.src_words)}
-    np.testing.assert_array_equal(row["a"][:2], [2.0, 5.0])
+    np.testing.assert_array_equal(row["a"][:2], [0.0, 5.0])
     assert row["b"][2] == 1.5 and row["b"][at.MAX_FERTILITY] == 3.0  # 12 links: F's column
     r = priors["reverse"]
     assert r.fertility[r.src_words.index("z"), 1] == 4.0 and unused == {}
@@ -224,6 +225,14 @@ def test_eflomal_priors_fertility_lines_reported_unused(tmp_path):
     priors, unused = at.read_eflomal_priors(f, "ibm1", 8)
     assert unused == {"FERF": 1, "FERR": 1, "HMMF": 1}
     assert priors["forward"].counts.tolist() == [100.0] and len(priors["forward"].buckets) == 0
+    # a file of jumps alone: no cell has a pseudo-count, every cell of a corpus gets 0
+    f.write_text("HMMF\t1\t4\n", encoding="utf-8")
+    priors, _ = at.read_eflomal_priors(f, "hmm", 8)
+    corpus, _, _ = index_pairs([(["a"], ["x", "y"])], batch=1,
+                               src_vocab=priors["forward"].src_words,
+                               tgt_vocab=priors["forward"].tgt_words)
+    cells, rows, buckets, _ = at.prior_for_corpus(priors["forward"], corpus)
+    assert not cells.any() and not rows.any() and buckets[9] == 4.0
 
 
 @pytest.mark.parametrize("line, message", [
@@ -287,7 +296,7 @@ def _corrupt(path, how):
 @pytest.mark.parametrize("how, message", [
     ("not a folder", "not a folder written by wordalign --save"),
     ("meta missing", "meta.json missing"),
-    ("pickle", "tables.npz: holds pickled objects, not plain arrays; refusing to load it"),
+    ("pickle", "tables.npz: not an .npz archive"),
     ("object array", "tables.npz: holds pickled objects, not plain arrays; refusing"),
     ("truncated", "tables.npz: unreadable wordalign tables file"),
     ("field missing", "tables.npz: field reverse_row_totals missing"),
@@ -375,18 +384,30 @@ def test_load_then_save_accumulates(trained, tmp_path):
                        str(trained / "tables"), "--method", "vb", "--iterations", "5",
                        "-f", str(tmp_path / "fwd"), "--save", str(tmp_path / "more")])
     assert rc == 0, err
-    before = at.load_tables(trained / "tables").directions["forward"]
+    loaded = at.load_tables(trained / "tables")
+    before = loaded.directions["forward"]
     after = at.load_tables(tmp_path / "more")
-    assert after.meta["directions"] == ["forward"] and after.meta["model"] == "ibm2"
+    assert after.meta["directions"] == ["forward", "reverse"] and after.meta["model"] == "ibm2"
+    assert after.meta["n_pairs"] == 150 + 50  # both texts
+    # the reverse was not run this time: kept as it was loaded
+    np.testing.assert_array_equal(after.directions["reverse"].counts,
+                                  loaded.directions["reverse"].counts)
     a = after.directions["forward"]
     assert a.src_words[:len(before.src_words)] == before.src_words
     new_words = sum(len(line.split(" ||| ")[1].split())
                     for line in (trained / "new").read_text().splitlines())
     np.testing.assert_allclose(a.row_totals.sum(), before.row_totals.sum() + new_words,
                                rtol=1e-4)
+    at.save_tables(tmp_path / "fwd-only", at.SavedTables(
+        {k: after.meta[k] for k in ("model", "alpha", "gamma", "max_jump", "n_pairs")},
+        {"forward": a}))
     rc, _, err = _run(["wordalign", "-i", str(trained / "new"), "--load",
-                       str(tmp_path / "more"), "-r", str(tmp_path / "rev")])
+                       str(tmp_path / "fwd-only"), "-r", str(tmp_path / "rev")])
     assert rc == 2 and "its tables are of the forward direction only" in err
+    rc, _, err = _run(["wordalign", "-i", str(trained / "new"), "--priors",
+                       str(trained / "tables" / "eflomal.priors"), "--max-jump", "0", "-f",
+                       str(tmp_path / "never")])
+    assert rc == 2 and err == "error: max_jump must be an int ≥ 1, got 0\n"
 
 
 @pytest.mark.integration

@@ -77,6 +77,9 @@ def test_corpus_wide_disagreement_flags_a_run():
     assert not d["mixed"] and d["words"] == 5000
     assert "2.0 % of the corpus's target words have chains' link marginals" in d["advice"]
     assert chain_diagnostics(track, {**agreement, "share_marginal_tv_over": 0.005})["mixed"]
+    # drawn-link frequencies (HMM): reported, not held to the limit
+    d = chain_diagnostics(track, {**agreement, "rao_blackwellized": False})
+    assert d["mixed"] and d["share_marginal_tv_over"] == 0.02
 
 
 def test_run_gibbs_reports_agreement_over_every_target_word():
