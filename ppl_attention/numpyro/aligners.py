@@ -338,12 +338,18 @@ def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
 
 # --- one batch: the HMM -------------------------------------------------------------------------
 
+def _jump_bucket(spec, to_pos, from_pos):
+    """The bucket of the jump from real position ``from_pos`` (−1: the start) to ``to_pos``:
+    to_pos − from_pos clipped to [−D, D], shifted to 0 … 2D."""
+    return jnp.clip(to_pos - from_pos, -spec.max_jump, spec.max_jump) + spec.max_jump
+
+
 def _jump_weights(spec, log_dist, S: int):
     """W[m, k] = φ_{b(k − (m − 1))}: from memory index m (0: the start, m: real position m − 1)
     to real position k ``[S + 1, S]`` (probabilities), and the bucket of each entry."""
     m = jnp.arange(S + 1)[:, None] - 1
     k = jnp.arange(S)[None, :]
-    bucket = jnp.clip(k - m, -spec.max_jump, spec.max_jump) + spec.max_jump
+    bucket = _jump_bucket(spec, k, m)
     return jnp.exp(log_dist[bucket]), bucket
 
 
@@ -480,7 +486,7 @@ def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode):
 
 def _jump_log(spec, log_dist, to_pos, from_pos):
     """log φ of the jump from real position ``from_pos`` (−1: the start) to ``to_pos``."""
-    return log_dist[jnp.clip(to_pos - from_pos, -spec.max_jump, spec.max_jump) + spec.max_jump]
+    return log_dist[_jump_bucket(spec, to_pos, from_pos)]
 
 
 def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
@@ -534,8 +540,7 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
         probs = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
         a = jnp.where(real_j, _inverse_cdf(k, probs, -1), -1)
         fert = fert + jax.nn.one_hot(a, S1, dtype=jnp.int32)
-        bucket = jnp.where(a >= 1, jnp.clip(a - 1 - pm, -spec.max_jump, spec.max_jump)
-                           + spec.max_jump, spec.null_bucket)
+        bucket = jnp.where(a >= 1, _jump_bucket(spec, a - 1, pm), spec.null_bucket)
         gain = jnp.where(real_j, le_j[rows, jnp.maximum(a, 0)] + log_dist[bucket], 0.0)
         return (jnp.where(a >= 1, a, m), fert), (a, jnp.where(real_j, bucket, -1), gain)
 
