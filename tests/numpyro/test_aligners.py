@@ -160,14 +160,16 @@ def test_sparse_translation_draws_have_the_dirichlet_moments():
     np.testing.assert_allclose(float(draws[:, 3].mean()), b[0] / b.sum(), atol=4e-3)
 
 
+@pytest.mark.parametrize("capacity", [None, 7])
 @pytest.mark.parametrize("a", [0.01, 0.3, 1.0, 2.5, 40.0])
-def test_log_gamma_draws_are_gamma(a):
+def test_log_gamma_draws_are_gamma(a, capacity):
     """The vectorized Marsaglia–Tsang draws (with the boost below 1) against Gamma(a)'s CDF:
-    Kolmogorov–Smirnov on 20,000 draws of log G."""
+    Kolmogorov–Smirnov on 20,000 draws of log G — the rejected proposals redrawn in slots of
+    the default capacity and in slots of 7 (many rounds of gathering)."""
     from scipy import stats
 
-    x = np.asarray(al.log_gamma_draws(jax.random.PRNGKey(3), jnp.full((20_000,), a)),
-                   np.float64)
+    x = np.asarray(al.log_gamma_draws(jax.random.PRNGKey(3), jnp.full((20_000,), a),
+                                      capacity), np.float64)
     assert np.isfinite(x).all()
     assert stats.kstest(np.exp(x) if a >= 0.3 else x,
                         (lambda v: stats.gamma.cdf(v, a)) if a >= 0.3 else
