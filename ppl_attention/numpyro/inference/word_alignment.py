@@ -144,12 +144,17 @@ class ConjugateGibbs(MCMCKernel):
     arrays, track[, start])`` — ``start``: ``{"log_theta": [C]}``, the translation table the
     chains start from (else every row uniform over its cells). The fertility aligner's chains
     need ``start`` with ``log_dist`` and ``align`` (per class ``[n, B, T]``) too — an HMM's
-    state (:func:`hmm_start`) — and its fertility table starts uniform."""
+    state (:func:`hmm_start`) — and its fertility table starts uniform. ``keep_align``: the
+    state keeps the last sweep's drawn alignments (``align``) for the other aligners too —
+    with the tables drawn given them, a joint state of the chain (an HMM's, to start the
+    fertility aligner from)."""
 
     sample_field = "z"
 
-    def __init__(self, spec: al.AlignerSpec, sizes: dict, record_tables: bool = False):
+    def __init__(self, spec: al.AlignerSpec, sizes: dict, record_tables: bool = False,
+                 keep_align: bool = False):
         self.spec, self.sizes, self.record_tables = spec, sizes, record_tables
+        self.keep_align = keep_align or spec.kind.fertility
         self._num_warmup = 0
 
     @property
@@ -186,6 +191,8 @@ class ConjugateGibbs(MCMCKernel):
             a = self.spec.beta + pf * jnp.ones((self.sizes["n_src"], self.spec.n_fertility),
                                                log_theta.dtype)
             log_psi = jnp.log(a) - jnp.log(a.sum(-1, keepdims=True))  # the prior's means
+        elif self.keep_align:
+            align = tuple(jnp.full(c["tgt"].shape, -1, jnp.int32) for c in data["classes"])
         marg = tuple(jnp.zeros(c["cell"].shape, self.marginal_dtype) for c in data["classes"])
         z = {"loglik": jnp.zeros((), log_theta.dtype), "log_dist": log_dist,
              "bucket_counts": jnp.zeros((self.spec.n_buckets,), log_theta.dtype),
@@ -208,9 +215,9 @@ class ConjugateGibbs(MCMCKernel):
             marg=state.marg, keep=keep, prev_align=state.align, log_psi=state.log_psi,
             return_aligns=True)
         marg = tuple(marg)
-        align, log_psi = None, None
+        align = tuple(aligns) if self.keep_align else None
+        log_psi = None
         if spec.kind.fertility:
-            align = tuple(aligns)
             log_psi = al.sample_fertility(jax.random.fold_in(k_dist, 1), spec,
                                           total["drawn_fert"], data.get("prior"))
         prior = data.get("prior")
@@ -252,17 +259,18 @@ def _check_counts(**values) -> None:
 def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, chains: int,
                  warmup: int, samples: int, thinning: int = 1, seed: int = 0,
                  progress: bool = True, record_tables: bool = False,
-                 start: dict | None = None) -> MCMC:
+                 start: dict | None = None, keep_align: bool = False) -> MCMC:
     """NumPyro's ``MCMC`` of :class:`ConjugateGibbs` on a corpus given as (``sizes``,
     ``data``) (:func:`device_corpus`), ``chains`` chains one after another; returns the run
     ``MCMC`` (its samples: the fields of the kernel's ``z``, ``log_theta`` too with
-    ``record_tables``; its ``last_state.marg``: the summed conditionals)."""
+    ``record_tables``; its ``last_state.marg``: the summed conditionals; with ``keep_align``
+    its ``last_state.align``: the last sweep's alignments)."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1))
     if not spec.kind.rao_blackwellized and samples * thinning > MAX_HMM_KEPT:
         raise UserError(f"--samples × --thin: at most {MAX_HMM_KEPT} kept sweeps per HMM "
                         f"chain, got {samples * thinning}")
-    mcmc = MCMC(ConjugateGibbs(spec, sizes, record_tables), num_warmup=warmup,
+    mcmc = MCMC(ConjugateGibbs(spec, sizes, record_tables, keep_align), num_warmup=warmup,
                 num_samples=samples, num_chains=chains, chain_method="sequential",
                 thinning=thinning, progress_bar=progress, jit_model_args=True)
     mcmc.run(jax.random.PRNGKey(seed), data, track, *([start] if start is not None else []))
@@ -290,19 +298,18 @@ def ibm1_start(spec: al.AlignerSpec, sizes: dict, data: dict, sweeps: int = 5,
 def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps: int,
               start: dict | None, seed: int, progress: bool = True) -> dict:
     """The fertility aligner's start, as eflomal's model 3 starts from its HMM: ``sweeps``
-    sweeps of one HMM chain (from ``start``, IBM1's table), its last tables and one alignment
-    drawn under them (``{"log_theta", "log_dist", "align"}``, per class ``[n, B, T]``)."""
+    sweeps of one HMM chain (from ``start``, IBM1's table), its last state — the last sweep's
+    alignments and the tables drawn given them (``{"log_theta", "log_dist", "align"}``, per
+    class ``[n, B, T]``)."""
     hmm = al.aligner("hmm", alpha=spec.alpha, gamma=spec.gamma, max_jump=spec.max_jump)
     mcmc = gibbs_chains(hmm, sizes, data, track, chains=1, warmup=sweeps - 1, samples=1,
-                        seed=seed + 7919, progress=progress, start=start)
+                        seed=seed + 7919, progress=progress, start=start, keep_align=True)
     st = mcmc.last_state
     log_theta = st.log_theta.reshape(-1, sizes["n_cells"])[0]
     log_dist = st.log_dist.reshape(-1, hmm.n_buckets)[0]
+    align = [a.reshape(-1, *c["tgt"].shape)[0] for a, c in zip(st.align, data["classes"])]
     del mcmc
-    draw = jax.jit(lambda k, lt, ld, d: _sweep(hmm, k, lt, ld, sizes, d, "draw",
-                                               return_aligns=True)[3])
-    align = draw(jax.random.PRNGKey(seed + 104729), log_theta, log_dist, data)
-    return {"log_theta": log_theta, "log_dist": log_dist, "align": list(align)}
+    return {"log_theta": log_theta, "log_dist": log_dist, "align": align}
 
 
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
