@@ -21,8 +21,10 @@ symmetrized links.
 
 Every run is its own process (``--one``): its wall time from start to written links (JAX's
 compilation included — the persistent cache is switched off) and its peak resident memory
-(its own, and its children's for eflomal) are its own. One run of the script measures every
-row, so the ratios are of one machine and one moment.
+(its own, and its children's for eflomal) are its own. With ``--warm`` each of ours runs twice,
+one process after the other, on a persistent compilation cache of its own: the first run
+fills it (``cache`` cold), the second reads it (warm) — a user's first and second run. One
+run of the script measures every row, so the ratios are of one machine and one moment.
 
     python benchmarks/aligners.py --sizes 10000,100000 --out runs/aligners
 """
@@ -87,12 +89,13 @@ def run_eflomal(exe: str, m: int, corpus: Path, gold: Path, work: Path) -> dict:
     return {"seconds": seconds, **_scores(read_pharaoh(fwd), read_pharaoh(rev), corpus, gold)}
 
 
-def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts: dict) -> dict:
+def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts: dict,
+             cache: str = "off") -> dict:
     from ppl_attention.cli import main
     from ppl_attention.data.aligner_tables import ALIGNER_KINDS
     from ppl_attention.data.pharaoh import read_pharaoh
 
-    os.environ["PPL_ATTENTION_JAX_CACHE"] = "off"
+    os.environ["PPL_ATTENTION_JAX_CACHE"] = cache
     argv = ["wordalign", "-i", str(corpus), "--model", model, "--method", method,
             "-f", str(work / "fwd"), "-r", str(work / "rev"), "--out", str(work / "run")]
     if method == "gibbs":
@@ -126,10 +129,11 @@ def one(job: dict) -> dict:
         peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     else:
-        res = run_ours(job["model"], job["method"], corpus, gold, work, job["opts"])
+        res = run_ours(job["model"], job["method"], corpus, gold, work, job["opts"],
+                       job.get("cache_dir", "off"))
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {**{k: v for k, v in job.items()
-               if k in ("system", "m", "model", "method", "n", "sweeps")},
+               if k in ("system", "m", "model", "method", "n", "sweeps", "cache")},
             **res, "peak_mib": peak / 1024}
 
 
@@ -139,8 +143,8 @@ def _spawn(job: dict) -> dict:
 
 def _table(rows: list[dict]) -> str:
     head = ("| pairs | system | model | method | AER fwd | AER rev | AER gdfa | P gdfa | "
-            "R gdfa | seconds | peak MiB | sweeps | link R-hat ≤ 1.01 | median ESS |")
-    lines = [head, "|" + "---|" * 14]
+            "R gdfa | seconds | cache | peak MiB | sweeps | link R-hat ≤ 1.01 | median ESS |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
         model = {1: "IBM1", 2: "IBM1→HMM", 3: "IBM1→HMM→fertility"}[r["m"]] \
             if r["system"] == "eflomal" else r["model"]
@@ -150,7 +154,8 @@ def _table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['n']:,} | {r['system']} | {model} | {method} | {r['forward_aer']:.4f} | "
             f"{r['reverse_aer']:.4f} | {r['gdfa_aer']:.4f} | {r['gdfa_precision']:.3f} | "
-            f"{r['gdfa_recall']:.3f} | {r['seconds']:.1f} | {r['peak_mib']:.0f} | "
+            f"{r['gdfa_recall']:.3f} | {r['seconds']:.1f} | {r.get('cache', '')} | "
+            f"{r['peak_mib']:.0f} | "
             f"{r.get('sweeps', '')} | "
             f"{'' if share is None else f'{100 * share:.1f} %'} | "
             f"{'' if ess is None else ess if isinstance(ess, str) else f'{ess:.0f}'} |")
@@ -169,6 +174,8 @@ def main() -> None:
     ap.add_argument("--warmup", default="25,10", help="gibbs warm-up (burn-in) sweeps, per size")
     ap.add_argument("--samples", default="25,10", help="gibbs kept sweeps, per size")
     ap.add_argument("--iterations", default="30", help="vb sweeps, per size")
+    ap.add_argument("--warm", action="store_true", help="run each of ours twice on its own "
+                    "persistent compilation cache: first (cold, filling it), then warm")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if answer_one(args, one):
@@ -198,10 +205,19 @@ def main() -> None:
         if args.eflomal:
             jobs += [{**base, "system": "eflomal", "m": m, "exe": args.eflomal,
                       "work": str(out / f"{n}-eflomal-m{m}")} for m in (1, 2, 3)]
-        jobs += [{**base, "system": "ours", "model": m, "method": k, "opts": opts,
-                  "sweeps": (f"{opts['chains']} × ({opts['warmup']} + {opts['samples']})"
-                             if k == "gibbs" else f"≤ {opts['iterations']}"),
-                  "work": str(out / f"{n}-{m}-{k}")} for m, k in ours]
+        for m, k in ours:
+            job = {**base, "system": "ours", "model": m, "method": k, "opts": opts,
+                   "sweeps": (f"{opts['chains']} × ({opts['warmup']} + {opts['samples']})"
+                              if k == "gibbs" else f"≤ {opts['iterations']}"),
+                   "work": str(out / f"{n}-{m}-{k}")}
+            if not args.warm:
+                jobs.append({**job, "cache": "off"})
+                continue
+            cache = str((out / f"{n}-{m}-{k}-jax-cache").resolve())
+            shutil.rmtree(cache, ignore_errors=True)  # the first run fills it
+            jobs += [{**job, "cache": "cold", "cache_dir": cache},
+                     {**job, "cache": "warm", "cache_dir": cache,
+                      "work": job["work"] + "-warm"}]
     rows = []
     for job in tqdm(jobs, desc="aligners", unit="run"):
         if Path(job["work"]).exists():

@@ -3,7 +3,8 @@ chain (m1–m5), of device correctness (dev1, dev2), of a user's model never fai
 (u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
 the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
 sites (l1–l7), of attention over segments (g1, g2), of trained tables as a prior (k1–k3), of
-the fertility aligner (f1, f2), run the tests that should catch it, report, and restore the file:
+the fertility aligner (f1, f2), of NULL's fixed weight (z1), run the tests that should catch it,
+report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -254,6 +255,11 @@ FAULTS = [
  ("f2", "ppl_attention/numpyro/aligners.py",
   "        fert = fert - jax.nn.one_hot(jnp.where(real_j, old, -1), S1, dtype=jnp.int32)\n", "",
   "tests/numpyro/test_fertility_aligner.py"),
+ # NULL's fixed weight (tests/numpyro/test_null_prior.py)
+ ("z1", "ppl_attention/numpyro/aligners.py",
+  "    return x[..., :-1] if spec.null_prior else x\n",
+  "    return x\n",
+  "tests/numpyro/test_null_prior.py"),
  # attention over segments (tests/structures/test_segment_attention.py)
  ("g1", "ppl_attention/structures/segment_selection.py",
   "        for d in range(min(j + 1, L)):",

@@ -65,6 +65,11 @@ def add_parsers(sub) -> None:
             ("--max-jump", int, 8, "jumps and displacements clipped to [-D, D]")):
         p.add_argument(flag, type=kind, help=f"{text} (default {default}; with --load, the "
                        f"tables')")
+    p.add_argument("--null-prior", type=float, help=f"NULL's weight ν: a target word's NULL "
+                   f"link weighs ν · θ_NULL(f) against a real link's θ_e(f) · δ(jump), the real "
+                   f"buckets learned (eflomal's null_prior); 0 learns NULL's as one more bucket "
+                   f"(default {NULL_PRIOR} for ibm2, hmm and fertility; ibm1 has no NULL "
+                   f"bucket; with --load, the tables')")
     p.add_argument("--threshold", type=float, help="links where the posterior marginal reaches "
                    "this (default: each target word's most probable position, none if NULL)")
     for name in OPTIONS:
@@ -99,8 +104,22 @@ def _writable(path, what):
     return path
 
 
-#: the aligner's options and their defaults (``--load``: the tables' instead)
-SPEC_DEFAULTS = {"model": "hmm", "alpha": 0.01, "gamma": 1.0, "max_jump": 8}
+#: NULL's fixed weight by default (eflomal's): on the generated corpora it brings the forward
+#: direction's precision to eflomal's, where a learned NULL bucket links too many words
+#: (docs/results.md)
+NULL_PRIOR = 0.2
+#: the aligner's options and their defaults (``--load``: the tables' instead; ``null_prior``:
+#: :data:`NULL_PRIOR` for an aligner with a NULL bucket, 0 for IBM1)
+SPEC_DEFAULTS = {"model": "hmm", "alpha": 0.01, "gamma": 1.0, "max_jump": 8,
+                 "null_prior": NULL_PRIOR}
+
+
+def _spec(args):
+    """The aligner of the resolved options (refused here if they do not fit it)."""
+    from ..numpyro.aligners import aligner
+
+    return aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump,
+                   null_prior=args.null_prior)
 
 
 def _resolve_tables(args) -> tuple[dict | None, int]:
@@ -125,12 +144,13 @@ def _resolve_tables(args) -> tuple[dict | None, int]:
                             f"(saved without -r / --symmetrize), so -r / --symmetrize cannot run")
         trained = saved.meta.get("n_pairs")
         return saved.directions, trained if isinstance(trained, int) and trained > 0 else 0
+    null_given = args.null_prior is not None
     for k, v in SPEC_DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    from ..numpyro.aligners import aligner
-
-    aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
+    if not null_given and ALIGNER_KINDS[args.model].buckets == "none":
+        args.null_prior = 0.0  # IBM1: no NULL bucket to fix
+    _spec(args)
     if args.priors:
         tables, unused = read_eflomal_priors(args.priors, args.model, args.max_jump)
         if unused:
@@ -147,14 +167,13 @@ def check_wordalign(args):
     load, the input (named by line), the gold, the output paths. Returns (pairs, gold or None,
     options, tables or None)."""
     from ..data.parallel import read_gold, read_parallel
-    from ..numpyro.aligners import aligner
 
     opts = _method_options(args)
     tables, trained_pairs = _resolve_tables(args)
     args.trained_pairs = trained_pairs
     if args.load and "init_sweeps" in opts and args.init_sweeps is None:
         opts["init_sweeps"] = 0  # the chains start from the tables' means, not IBM1's
-    aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
+    _spec(args)
     if args.method not in ALIGNER_KINDS[args.model].methods:
         raise UserError(f"--model {args.model} runs by "
                         f"{', '.join(ALIGNER_KINDS[args.model].methods)}, not --method "
@@ -262,10 +281,9 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=
 def cmd_wordalign(args) -> int:
     from ..common.symmetrize import symmetrize_corpus
     from ..data.pharaoh import format_pharaoh, parse_pharaoh_line, write_pharaoh
-    from ..numpyro.aligners import aligner
 
     pairs, gold, opts, tables = check_wordalign(args)
-    spec = aligner(args.model, alpha=args.alpha, gamma=args.gamma, max_jump=args.max_jump)
+    spec = _spec(args)
     print(f"[wordalign] {args.model} by {args.method}: "
           + ", ".join(f"{METHOD_OPTIONS[k].flag} {v}" for k, v in opts.items()),
           file=sys.stderr)

@@ -51,8 +51,9 @@ class AlignerKind:
     """What an aligner (:mod:`ppl_attention.numpyro.aligners`) is and can do, declared once:
     ``buckets`` "none" (IBM1), "displacement" (IBM2: from the diagonal) or "jump" (HMM,
     fertility: from the last linked position); ``fertility``: a fertility table per source
-    word; ``rao_blackwellized``: Gibbs's link marginals average the exact conditionals (IBM1/2)
-    rather than count drawn links (HMM: its conditional is the chain's; fertility: single-site);
+    word; ``rao_blackwellized``: Gibbs's link marginals average conditionals — IBM1/2: the exact
+    posterior given the tables; fertility: each target word's single-site conditional given the
+    rest — rather than count drawn links (HMM: its blocked draw has no per-word conditional);
     ``methods``: the ``wordalign`` methods that run it."""
 
     name: str
@@ -66,7 +67,7 @@ ALIGNER_KINDS = {k.name: k for k in [
     AlignerKind("ibm1", "none", False, True, ("gibbs", "vb", "svb")),
     AlignerKind("ibm2", "displacement", False, True, ("gibbs", "vb", "svb")),
     AlignerKind("hmm", "jump", False, False, ("gibbs", "vb", "svb")),
-    AlignerKind("fertility", "jump", True, False, ("gibbs",)),
+    AlignerKind("fertility", "jump", True, True, ("gibbs",)),
 ]}
 #: the aligners' names
 ALIGNERS = tuple(ALIGNER_KINDS)
@@ -279,7 +280,10 @@ def save_tables(path, saved: SavedTables) -> None:
     write_directory_atomically(path, fill)
 
 
-META_KEYS = {"model": str, "alpha": float, "gamma": float, "max_jump": int}
+META_KEYS = {"model": str, "alpha": float, "gamma": float, "max_jump": int,
+             "null_prior": float}
+#: what tables written before a key existed were trained with (NULL's weight was learned)
+META_LEGACY = {"null_prior": 0.0}
 
 
 def load_tables(path) -> SavedTables:
@@ -304,12 +308,16 @@ def load_tables(path) -> SavedTables:
     if meta.get("version") != VERSION:
         raise DataError(f"{meta_file}: tables of version {meta.get('version')!r}, this "
                         f"version reads {VERSION}")
+    for k, v in META_LEGACY.items():
+        meta.setdefault(k, v)
     for k, kind in META_KEYS.items():
         v = meta.get(k)
         if not isinstance(v, (int, float) if kind is float else kind) or isinstance(v, bool):
             raise DataError(f"{meta_file}: field {k!r} must be a {kind.__name__}, got {v!r}")
-        if kind is float and not (math.isfinite(v) and v > 0):
-            raise DataError(f"{meta_file}: field {k!r} must be > 0, got {v!r}")
+        low = 0 if k == "null_prior" else None  # 0: NULL's weight learned
+        if kind is float and not (math.isfinite(v) and (v >= low if low is not None else v > 0)):
+            raise DataError(f"{meta_file}: field {k!r} must be "
+                            f"{'≥ 0' if low is not None else '> 0'}, got {v!r}")
     directions = meta.get("directions")
     if not isinstance(directions, list) or not directions or \
             not set(directions) <= {"forward", "reverse"}:

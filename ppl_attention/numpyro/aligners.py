@@ -30,6 +30,7 @@ then NULL). A batch is a dict of ``src [B, S1]``, ``src_mask``, ``tgt [B, T]``, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -65,7 +66,12 @@ class AlignerSpec:
     :data:`~ppl_attention.data.aligner_tables.ALIGNER_KINDS`); ``alpha``: the translation
     rows' Dirichlet concentration (per target word); ``gamma``: the buckets'; ``max_jump``: D;
     ``beta``: the fertility rows' (fertility only); ``max_fertility``: F, the most links a
-    source position takes (fertility only)."""
+    source position takes (fertility only); ``null_prior``: NULL's weight ν — 0: learned, the
+    NULL bucket one of the buckets' Dirichlet; ν > 0: fixed, as eflomal's ``null_prior``
+    (Östling & Tiedemann 2016), a target word's NULL link weighted ν · θ_NULL(f_j) against a
+    real link's θ_{e_i}(f_j) · δ(jump), the real buckets a Dirichlet of their own — the
+    alignment weights are then a Gibbs distribution rather than normalized, and ``loglik`` is
+    log Σ_a w(a) (aligners with a NULL bucket: IBM2, HMM, fertility)."""
 
     model: str
     alpha: float = 0.01
@@ -73,6 +79,7 @@ class AlignerSpec:
     max_jump: int = 8
     beta: float = 1.0
     max_fertility: int = MAX_FERTILITY
+    null_prior: float = 0.0
 
     def __post_init__(self):
         if self.model not in ALIGNERS:
@@ -84,6 +91,13 @@ class AlignerSpec:
             raise UserError(f"max_jump must be an int ≥ 1, got {self.max_jump!r}")
         if not isinstance(self.max_fertility, int) or self.max_fertility < 1:
             raise UserError(f"max_fertility must be an int ≥ 1, got {self.max_fertility!r}")
+        if isinstance(self.null_prior, bool) or not isinstance(self.null_prior, (int, float)) \
+                or not (math.isfinite(self.null_prior) and self.null_prior >= 0):
+            raise UserError(f"null_prior must be a number ≥ 0 (0: learned), got "
+                            f"{self.null_prior!r}")
+        if self.null_prior and self.kind.buckets == "none":
+            raise UserError(f"null_prior {self.null_prior}: {self.model} has no NULL bucket "
+                            f"(its NULL is one more source position); give 0")
 
     @property
     def kind(self) -> AlignerKind:
@@ -116,11 +130,13 @@ def _segment_logsumexp(x, seg, n):
 
 
 def uniform_tables(spec: AlignerSpec, corpus_arrays: dict):
-    """Tables to start from: every cell of a row equal, the buckets uniform."""
+    """Tables to start from: every cell of a row equal, the buckets uniform (NULL's at its
+    fixed weight where ``spec.null_prior`` fixes it)."""
     n_src = corpus_arrays["n_src"]
     k = jnp.bincount(corpus_arrays["cell_src"], length=n_src)
     log_theta = -jnp.log(jnp.maximum(k, 1))[corpus_arrays["cell_src"]]
-    log_dist = jnp.full((spec.n_buckets,), -jnp.log(max(spec.n_buckets, 1)))
+    n = spec.n_buckets - (1 if spec.null_prior else 0)
+    log_dist = _with_null(spec, jnp.full((n,), -jnp.log(max(n, 1)), jnp.float32))
     return log_theta.astype(jnp.float32), log_dist.astype(jnp.float32)
 
 
@@ -259,33 +275,51 @@ def _bucket_prior(spec, counts, prior):
     return spec.gamma + (0.0 if prior is None else prior.buckets.astype(counts.dtype))
 
 
+def _learned(spec, x):
+    """The buckets the Dirichlet covers: all of them, or — NULL's weight fixed
+    (``spec.null_prior``) — the real ones (NULL's bucket, the last, left out)."""
+    return x[..., :-1] if spec.null_prior else x
+
+
+def _with_null(spec, log_real):
+    """log δ over every bucket from the Dirichlet's buckets: NULL's fixed log ν appended
+    where ``spec.null_prior`` fixes it."""
+    if not spec.null_prior:
+        return log_real
+    return jnp.concatenate([log_real, jnp.full(log_real.shape[:-1] + (1,),
+                                               math.log(spec.null_prior), log_real.dtype)], -1)
+
+
 def sample_buckets(key, spec, counts, prior=None):
-    """log δ of a draw of Dirichlet(γ + p_δ + counts)."""
+    """log δ of a draw of Dirichlet(γ + p_δ + counts) (over the real buckets, NULL's fixed,
+    where ``spec.null_prior`` fixes it)."""
     if spec.n_buckets == 0:
         return jnp.zeros((0,), jnp.float32)
-    a = _bucket_prior(spec, counts, prior) + counts
-    return jnp.log(jax.random.dirichlet(key, a, dtype=a.dtype))
+    a = _learned(spec, _bucket_prior(spec, counts, prior) + counts)
+    return _with_null(spec, jnp.log(jax.random.dirichlet(key, a, dtype=a.dtype)))
 
 
 def expected_log_buckets(spec, counts, prior=None):
     if spec.n_buckets == 0:
         return jnp.zeros((0,), jnp.float32)
-    a = _bucket_prior(spec, counts, prior) + counts
-    return digamma(a) - digamma(a.sum())
+    a = _learned(spec, _bucket_prior(spec, counts, prior) + counts)
+    return _with_null(spec, digamma(a) - digamma(a.sum()))
 
 
 def posterior_mean_log_buckets(spec, counts, prior=None):
     if spec.n_buckets == 0:
         return jnp.zeros((0,), jnp.float32)
-    a = _bucket_prior(spec, counts, prior) + counts
-    return jnp.log(a) - jnp.log(a.sum())
+    a = _learned(spec, _bucket_prior(spec, counts, prior) + counts)
+    return _with_null(spec, jnp.log(a) - jnp.log(a.sum()))
 
 
 def bucket_kl(spec, counts, prior=None):
-    """KL(Dirichlet(γ + p_δ + counts) ‖ Dirichlet(γ + p_δ))."""
+    """KL(Dirichlet(γ + p_δ + counts) ‖ Dirichlet(γ + p_δ)) (over the real buckets where
+    ``spec.null_prior`` fixes NULL's weight)."""
     if spec.n_buckets == 0:
         return 0.0
-    a0 = _bucket_prior(spec, counts, prior) * jnp.ones_like(counts)
+    a0 = _learned(spec, _bucket_prior(spec, counts, prior) * jnp.ones_like(counts))
+    counts = _learned(spec, counts)
     a = a0 + counts
     return (gammaln(a.sum()) - gammaln(a0.sum()) - (gammaln(a) - gammaln(a0)).sum()
             + (counts * (digamma(a) - digamma(a.sum()))).sum())
@@ -527,8 +561,11 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
     j (its jump starts at i; from m_j if a_j is NULL), the fertility ratio 0 past F. The words
     after j are the previous sweep's, the words before it this sweep's. Returns ``align [B,
     T]`` (S1 indices, −1 on padding), ``drawn_cells``, ``drawn_buckets``, ``drawn_fert [n_src,
-    F + 1]`` (each real source position's fertility, by its word) and ``loglik``: log w of the
-    drawn alignments (the joint weight, not a likelihood with a summed out: that sum is
+    F + 1]`` (each real source position's fertility, by its word), ``probs [B, S1, T]``: each
+    target word's conditional p(a_j = · | a_−j, tables) it was drawn from (0 on padding) — their
+    average over the sweeps is the Rao–Blackwellized link marginal, smoother than the drawn
+    links' frequencies, as eflomal sums its sampling distributions —, and ``loglik``: log w of
+    the drawn alignments (the joint weight, not a likelihood with a summed out: that sum is
     intractable under fertilities)."""
     le = _emission(log_theta, b)  # [B, S1, T]
     B, S1, T = le.shape
@@ -563,12 +600,13 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
         logits = jnp.where(sm, logits, NEG)
         probs = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
         a = jnp.where(real_j, _inverse_cdf(k, probs, -1), -1)
+        cond = jnp.where(real_j[:, None], probs / probs.sum(-1, keepdims=True), 0.0)
         fert = fert + jax.nn.one_hot(a, S1, dtype=jnp.int32)
         bucket = jnp.where(a >= 1, _jump_bucket(spec, a - 1, pm), spec.null_bucket)
         gain = jnp.where(real_j, le_j[rows, jnp.maximum(a, 0)] + log_dist[bucket], 0.0)
-        return (jnp.where(a >= 1, a, m), fert), (a, jnp.where(real_j, bucket, -1), gain)
+        return (jnp.where(a >= 1, a, m), fert), (a, jnp.where(real_j, bucket, -1), gain, cond)
 
-    (_, fert), (align, buckets, gain) = jax.lax.scan(
+    (_, fert), (align, buckets, gain, cond) = jax.lax.scan(
         step, (jnp.zeros(B, jnp.int32), fert),
         (jnp.moveaxis(le, 2, 0), prev.T, nxt, tm.T, keys))
     align, buckets = align.T, buckets.T
@@ -585,7 +623,7 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
             "drawn_buckets": jnp.zeros(spec.n_buckets, dt).at[
                 jnp.where(valid, buckets, 0).ravel()].add(valid.ravel().astype(dt)),
             "drawn_fert": (b["src"], fert_c, real_src),
-            "probs": jax.nn.one_hot(align, S1, axis=1, dtype=dt) * tm[:, None, :]}
+            "probs": jnp.moveaxis(cond, 0, 2).astype(dt)}
 
 
 def fertility_counts(spec, drawn_fert, n_src: int, dtype=jnp.float32):

@@ -306,6 +306,7 @@ def _corrupt(path, how):
     ('format="other"', "meta.json: not the meta of wordalign tables"),
     ('model="ibm5"', "meta.json: field 'model' must be one of ibm1, ibm2, hmm, fertility"),
     ("alpha=-1", "meta.json: field 'alpha' must be > 0"),
+    ("null_prior=-1", "meta.json: field 'null_prior' must be ≥ 0"),
     ('directions=["sideways"]', "meta.json: field 'directions' must list forward"),
 ])
 def test_load_refuses_what_is_not_tables(tmp_path, how, message):
@@ -347,6 +348,7 @@ def trained(tmp_path_factory):
 def test_save_writes_the_runs_expected_counts(trained):
     saved = at.load_tables(trained / "tables")
     assert saved.meta["model"] == "ibm2" and saved.meta["n_pairs"] == 150
+    assert saved.meta["null_prior"] == 0.2  # NULL's fixed weight by default (IBM2 has NULL's)
     f = saved.directions["forward"]
     pairs = [line.split(" ||| ") for line in (trained / "train").read_text().splitlines()]
     n_target_words = sum(len(t.split()) for _, t in pairs)
@@ -360,6 +362,9 @@ def test_save_writes_the_runs_expected_counts(trained):
     (["--model", "hmm"], "error: --model hmm: the tables in {t} are --model ibm2 (--load takes "
      "the model and its options from the tables)"),
     (["--max-jump", "3"], "error: --max-jump 3: the tables in {t} are --max-jump 8"),
+    (["--null-prior", "0"], "error: --null-prior 0.0: the tables in {t} are --null-prior 0.2"),
+    (["--model", "ibm1", "--null-prior", "0.3", "--load", ""], "error: null_prior 0.3: ibm1 "
+     "has no NULL bucket (its NULL is one more source position); give 0"),
     (["--priors", "{d}/tables/eflomal.priors"], "error: --load and --priors: give one"),
     (["--load", "{d}/new"], "error: --load {d}/new: not a folder written by wordalign --save"),
     (["--priors", "{d}/tables/eflomal.priors", "--model", "fertility", "--method", "vb",
@@ -404,6 +409,8 @@ def test_load_then_save_accumulates(trained, tmp_path):
     rc, _, err = _run(["wordalign", "-i", str(trained / "new"), "--load",
                        str(tmp_path / "fwd-only"), "-r", str(tmp_path / "rev")])
     assert rc == 2 and "its tables are of the forward direction only" in err
+    # tables whose meta predates NULL's fixed weight were trained with it learned
+    assert at.load_tables(tmp_path / "fwd-only").meta["null_prior"] == 0.0
     rc, _, err = _run(["wordalign", "-i", str(trained / "new"), "--priors",
                        str(trained / "tables" / "eflomal.priors"), "--max-jump", "0", "-f",
                        str(tmp_path / "never")])

@@ -31,9 +31,14 @@ def _corpus():
 
 
 def _tables(spec, corpus, seed=0):
+    """Random tables; with ``spec.null_prior`` NULL's bucket at its fixed weight ν and the
+    real buckets a distribution of their own (the weights then sum to 1 + ν)."""
     rng = np.random.default_rng(seed)
     log_theta = np.log(rng.dirichlet(np.ones(corpus.n_cells)) + 0.05).astype(np.float32)
     log_dist = np.log(rng.dirichlet(np.ones(max(spec.n_buckets, 1))))[:spec.n_buckets]
+    if spec.null_prior:
+        log_dist = np.log(rng.dirichlet(np.ones(spec.n_buckets - 1)))
+        log_dist = np.append(log_dist, math.log(spec.null_prior))
     return jnp.asarray(log_theta), jnp.asarray(log_dist, jnp.float32)
 
 
@@ -81,9 +86,15 @@ def _brute(spec, log_theta, log_dist, b, r):
 BLOCKED = [m for m in al.ALIGNERS if not al.ALIGNER_KINDS[m].fertility]
 
 
-@pytest.mark.parametrize("model", BLOCKED)
-def test_conditionals_equal_brute_force(model):
-    spec = al.aligner(model, max_jump=2)
+#: (model, NULL's fixed weight ν) — ν = 0: learned, the weights a distribution; ν > 0 for the
+#: aligners with a NULL bucket: a Gibbs distribution, log Z no likelihood
+WEIGHTS = [(m, 0.0) for m in BLOCKED] + [(m, 0.2) for m in BLOCKED
+                                         if al.ALIGNER_KINDS[m].buckets != "none"]
+
+
+@pytest.mark.parametrize("model, null_prior", WEIGHTS)
+def test_conditionals_equal_brute_force(model, null_prior):
+    spec = al.aligner(model, max_jump=2, null_prior=null_prior)
     corpus = _corpus()
     log_theta, log_dist = _tables(spec, corpus)
     for b, index in _batches(corpus):

@@ -301,7 +301,8 @@ def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps
     sweeps of one HMM chain (from ``start``, IBM1's table), its last state — the last sweep's
     alignments and the tables drawn given them (``{"log_theta", "log_dist", "align"}``, per
     class ``[n, B, T]``)."""
-    hmm = al.aligner("hmm", alpha=spec.alpha, gamma=spec.gamma, max_jump=spec.max_jump)
+    hmm = al.aligner("hmm", alpha=spec.alpha, gamma=spec.gamma, max_jump=spec.max_jump,
+                     null_prior=spec.null_prior)
     mcmc = gibbs_chains(hmm, sizes, data, track, chains=1, warmup=sweeps - 1, samples=1,
                         seed=seed + 7919, progress=progress, start=start, keep_align=True)
     st = mcmc.last_state
