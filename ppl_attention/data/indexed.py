@@ -8,7 +8,10 @@ prior's mass, so a table is a vector over cells (``cell_src [C]``, ``cell_tgt [C
 sentence pair carries the cell of each of its (source position, target position) cells
 (``cell [B, S1, T]``). Pairs are grouped by their padded lengths (multiples of ``multiple``)
 into *shape classes* of stacked batches ``[n_batches, batch, S1, T]``, so a sweep over the
-corpus is one compiled program: one scan per shape class.
+corpus is one compiled program: one scan per shape class. Each class costs its scan's
+compilation (about a second per program on a CPU) whatever its size, so a group of fewer than
+``merge_below`` pairs (a quarter batch by default) joins the smallest larger class whose shape
+holds it — a few pairs padded further instead of one more compiled scan in every program.
 """
 
 from __future__ import annotations
@@ -91,11 +94,31 @@ def _keys(s, sm, y, ym, n_tgt):
     return (s.astype(np.int64)[:, :, None] * n_tgt + y[:, None, :])[real], real
 
 
+def _merge_small_groups(groups: list, merge_below: int) -> list:
+    """(S1, T, rows) groups with the groups of fewer than ``merge_below`` rows moved into the
+    smallest (S1·T) group of at least ``merge_below`` rows whose S1 and T are both as large; a
+    small group with no such host keeps its own class."""
+    hosts = {(s1, t): [rows] for s1, t, rows in groups if len(rows) >= merge_below}
+    own = []
+    for s1, t, rows in groups:
+        if len(rows) >= merge_below:
+            continue
+        fits = [k for k in hosts if k[0] >= s1 and k[1] >= t]
+        if fits:
+            hosts[min(fits, key=lambda k: (k[0] * k[1], k))].append(rows)
+        else:
+            own.append((s1, t, rows))
+    merged = [(s1, t, np.concatenate(parts)) for (s1, t), parts in hosts.items()]
+    return sorted(merged + own, key=lambda g: (g[0], g[1]))
+
+
 def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt: int,
-                 batch: int = 1024, multiple: int = 8) -> IndexedCorpus:
+                 batch: int = 1024, multiple: int = 8,
+                 merge_below: int | None = None) -> IndexedCorpus:
     """Index sentence pairs given as id arrays (``src[k]`` the source word ids of pair k, in
     ``[0, n_src)``; ``tgt[k]`` its target word ids, in ``[0, n_tgt)``). NULL gets the id
-    ``n_src`` (one more row of the translation table)."""
+    ``n_src`` (one more row of the translation table). ``merge_below``: groups of fewer pairs
+    join a larger class that holds them (module docstring; default ``batch // 4``, 0: never)."""
     if len(src) != len(tgt) or not src:
         raise UserError(f"index_corpus: {len(src)} sources and {len(tgt)} targets")
     null = n_src
@@ -112,6 +135,7 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
         for t in np.unique(T[S1 == s1]):
             rows = order[(S1[order] == s1) & (T[order] == t)]
             groups.append((int(s1), int(t), rows))
+    groups = _merge_small_groups(groups, batch // 4 if merge_below is None else merge_below)
     # every (source id, target id) of every real cell, as one key, for the cell index
     keys, parts = [], []
     for s1, t, rows in groups:
@@ -123,7 +147,7 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
         y = np.zeros((n_rows, t), np.int32)
         ym = np.zeros((n_rows, t), bool)
         idx = np.full(n_rows, -1, np.int64)
-        for r, k in enumerate(rows):
+        for r, k in enumerate(rows):  # a merged group's pairs are shorter than its class
             s[r, 1:1 + src_len[k]] = src[k]
             sm[r, :1 + src_len[k]] = True
             y[r, :tgt_len[k]] = tgt[k]
@@ -155,15 +179,18 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
                          (unique % n_tgt).astype(np.int32), classes, src_len, tgt_len)
 
 
-def index_pairs(pairs, batch: int = 1024, multiple: int = 8, src_vocab=None, tgt_vocab=None):
+def index_pairs(pairs, batch: int = 1024, multiple: int = 8, src_vocab=None, tgt_vocab=None,
+                merge_below: int | None = None):
     """(:class:`IndexedCorpus`, source words, target words) of token pairs: ids in order of
     first appearance — after ``src_vocab`` / ``tgt_vocab`` (lists of words, e.g. saved tables'),
-    which keep their ids 0 … n − 1 whether the pairs use them or not."""
+    which keep their ids 0 … n − 1 whether the pairs use them or not; ``batch``,
+    ``multiple``, ``merge_below`` as :func:`index_corpus`."""
     src_words: dict[str, int] = {w: i for i, w in enumerate(src_vocab or ())}
     tgt_words: dict[str, int] = {w: i for i, w in enumerate(tgt_vocab or ())}
     src = [np.array([src_words.setdefault(w, len(src_words)) for w in s], np.int32)
            for s, _ in pairs]
     tgt = [np.array([tgt_words.setdefault(w, len(tgt_words)) for w in t], np.int32)
            for _, t in pairs]
-    corpus = index_corpus(src, tgt, len(src_words), len(tgt_words), batch, multiple)
+    corpus = index_corpus(src, tgt, len(src_words), len(tgt_words), batch, multiple,
+                          merge_below)
     return corpus, list(src_words), list(tgt_words)

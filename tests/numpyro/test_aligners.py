@@ -209,3 +209,34 @@ def test_gibbs_link_marginals_are_the_conditionals_of_the_kept_sweeps():
         s = m.sum(2)  # over NULL and the source positions
         np.testing.assert_allclose(s[c.tgt_mask], 1.0, rtol=1e-5)
         assert np.all(s[~c.tgt_mask] == 0)
+
+
+def test_small_groups_join_a_larger_class():
+    """A length group of fewer than ``merge_below`` pairs joins the smallest class that holds
+    its shape — one compiled scan fewer — and the padding changes nothing: VB's link
+    marginals of every pair are those of the unmerged corpus."""
+    from ppl_attention.numpyro.inference import word_alignment as wa
+
+    long = [("a b c d e f".split(), "x y z w v".split()), ("b c d a f e".split(),
+                                                            "y z x v w".split())] * 2
+    pairs = long + [("a b".split(), "x y".split()), ("c".split(), "z".split())]
+    merged, _, _ = index_pairs(pairs, batch=8, multiple=4, merge_below=3)
+    apart, _, _ = index_pairs(pairs, batch=8, multiple=4, merge_below=0)
+    assert len(merged.classes) == 1 < len(apart.classes)
+    spec = al.aligner("hmm", max_jump=2)
+
+    def per_pair(corpus):
+        sizes, data = wa.device_corpus(corpus)
+        marg = wa.vb_sweeps(spec, sizes, data, iterations=3, tol=0.0,
+                            progress=False)["marginals"]
+        out = {}
+        for c, m in zip(corpus.classes, marg):
+            for (n, b), k in np.ndenumerate(c.index):
+                if k >= 0:
+                    out[int(k)] = m[n, b, :1 + corpus.src_len[k], :corpus.tgt_len[k]]
+        return out
+
+    got, want = per_pair(merged), per_pair(apart)
+    assert sorted(got) == list(range(len(pairs)))
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)

@@ -22,6 +22,7 @@ one compiled program per aligner and corpus layout.
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections import namedtuple
@@ -356,11 +357,11 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     marg, cells = [], jnp.zeros(sizes["n_cells"], jnp.float32)
     tv = []
     for cls, m in zip(data["classes"], mcmc.last_state.marg):  # one class at a time
-        m = m.reshape(chains, *m.shape[-4:])
+        m, class_cells, worst = _class_summary(m.reshape(chains, *m.shape[-4:]), cls, kept,
+                                               sizes["n_cells"])
         if chains > 1:
-            tv.append(np.asarray(_chains_tv(m, kept))[np.asarray(cls["tgt_mask"])])
-        m = m.sum(0, dtype=jnp.float32) / (kept * chains)
-        cells = cells + _cell_counts({"classes": [cls]}, [m], sizes["n_cells"])
+            tv.append(np.asarray(worst)[np.asarray(cls["tgt_mask"])])
+        cells = cells + class_cells
         marg.append(np.asarray(m))
     del mcmc  # its last state holds every chain's accumulators
     drawn = z["bucket_counts"]  # [chains, draws, K]
@@ -377,6 +378,18 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     return {"marginals": marg, "counts": counts, "traces": z, "agreement": agreement,
             "seconds": time.perf_counter() - t0,
             "track_indices": [np.asarray(i) for i in idx]}
+
+
+@functools.partial(jax.jit, static_argnames="n_cells")
+def _class_summary(m, cls, kept, n_cells: int):
+    """One class's chains summed up in one compiled program: the link marginals averaged over
+    chains and kept sweeps ``[n, B, S1, T]``, their cell counts ``[C]`` and the chains' largest
+    disagreement per target word ``[n, B, T]`` (:func:`_chains_tv`; zeros for one chain), from
+    ``m [chains, n, B, S1, T]``, each chain's sum over its ``kept`` sweeps."""
+    chains = m.shape[0]
+    worst = _chains_tv(m, kept) if chains > 1 else jnp.zeros(m.shape[1:3] + m.shape[4:])
+    mean = m.sum(0, dtype=jnp.float32) / (kept * chains)
+    return mean, _cell_counts({"classes": [cls]}, [mean], n_cells), worst
 
 
 @jax.jit
