@@ -19,6 +19,10 @@ symmetrized links.
   ``gibbs`` (the same sweeps, started from an HMM chain of a quarter of them, as eflomal's
   ``-m 3`` starts from its HMM).
 
+Each of ours also writes its forward links' posteriors (``--scores``): per size and system a
+reliability table — per posterior bin the links, their mean posterior and the share that is
+gold — and ``reliability.png`` (gold share against mean posterior, the diagonal drawn).
+
 Every run is its own process (``--one``): its wall time from start to written links (JAX's
 compilation included — the persistent cache is switched off) and its peak resident memory
 (its own, and its children's for eflomal) are its own. With ``--warm`` each of ours runs twice,
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -97,7 +102,8 @@ def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts
 
     os.environ["PPL_ATTENTION_JAX_CACHE"] = cache
     argv = ["wordalign", "-i", str(corpus), "--model", model, "--method", method,
-            "-f", str(work / "fwd"), "-r", str(work / "rev"), "--out", str(work / "run")]
+            "-f", str(work / "fwd"), "-r", str(work / "rev"), "--out", str(work / "run"),
+            "--scores", str(work / "scores"), "--gold", str(gold)]
     if method == "gibbs":
         argv += ["--chains", str(opts["chains"]), "--warmup", str(opts["warmup"]),
                  "--samples", str(opts["samples"])]
@@ -117,6 +123,7 @@ def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts
               "forward_links_ess_bulk_min"):
         if k in report:
             out[k.replace("forward_links_", "")] = report[k]
+    out["reliability"] = report["reliability"]  # the forward links' posteriors against gold
     return out
 
 
@@ -160,6 +167,47 @@ def _table(rows: list[dict]) -> str:
             f"{'' if share is None else f'{100 * share:.1f} %'} | "
             f"{'' if ess is None else ess if isinstance(ess, str) else f'{ess:.0f}'} |")
     return "\n".join(lines)
+
+
+def _reliability(rows: list[dict], out: Path) -> str:
+    """Per run of ours (the first of a cold/warm pair), the forward links' reliability table
+    (``wordalign --scores`` against the gold: per posterior bin the links, their mean
+    posterior and the share that is gold) as markdown, and ``reliability.png``: gold share
+    against mean posterior per bin, the diagonal of calibrated posteriors drawn, each bin's
+    marker sized by its links."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ours = [r for r in rows if r["system"] == "ours" and r.get("cache") != "warm"
+            and r.get("reliability")]
+    if not ours:
+        return ""
+    text = []
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    ax.plot([0, 1], [0, 1], color="black", lw=1, ls="--", label="calibrated")
+    colours = plt.get_cmap("tab10").colors
+    for c, r in enumerate(ours):
+        name = f"{r['model']} {r['method']}, {r['n']:,} pairs"
+        bins = [b for b in r["reliability"] if b["links"]]
+        text += [f"\n{name} (forward links):\n", "| posterior bin | links | mean posterior | "
+                 "gold share |", "|---|---|---|---|"]
+        text += [f"| [{b['low']:.1f}, {b['high']:.1f}) | {b['links']} | "
+                 f"{b['mean_posterior']:.3f} | {b['gold_share']:.3f} |" for b in bins]
+        ax.scatter([b["mean_posterior"] for b in bins], [b["gold_share"] for b in bins],
+                   s=[12 + 18 * math.log10(b["links"]) ** 2 for b in bins],
+                   color=colours[c % len(colours)], alpha=0.8, label=name)
+        ax.plot([b["mean_posterior"] for b in bins], [b["gold_share"] for b in bins],
+                color=colours[c % len(colours)], lw=1, alpha=0.6)
+    ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="mean posterior of the bin's links",
+           ylabel="share of the bin's links that is gold",
+           title="Forward link posteriors against gold (marker: links)")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "reliability.png", dpi=110)
+    plt.close(fig)
+    return "\n".join(text) + f"\n\n(figure: {out / 'reliability.png'})"
 
 
 def main() -> None:
@@ -226,6 +274,7 @@ def main() -> None:
         tqdm.write(json.dumps(rows[-1]))
         (out / "results.json").write_text(json.dumps(rows, indent=1))
     print(_table(rows))
+    print(_reliability(rows, out))
 
 
 if __name__ == "__main__":
