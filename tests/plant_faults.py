@@ -4,7 +4,8 @@ chain (m1–m5), of device correctness (dev1, dev2), of a user's model never fai
 the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
 sites (l1–l7), of attention over segments (g1, g2), of trained tables as a prior (k1–k3), of
 the fertility aligner (f1, f2), of NULL's fixed weight (z1), of small length groups merged
-(z2), run the tests that should catch it, report, and restore the file:
+(z2), of the fertility sweep's Rao–Blackwellized conditionals (z3), run the tests that should
+catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -260,10 +261,15 @@ FAULTS = [
   "    return x[..., :-1] if spec.null_prior else x\n",
   "    return x\n",
   "tests/numpyro/test_null_prior.py"),
+ # the fertility sweep's Rao–Blackwellized conditionals (tests/numpyro/test_fertility_aligner.py)
+ ("z3", "ppl_attention/numpyro/aligners.py",
+  "        cond = jnp.where(real_j[:, None], probs / probs.sum(-1, keepdims=True), 0.0)\n",
+  "        cond = jnp.where(real_j[:, None], jax.nn.one_hot(a, probs.shape[-1]), 0.0)\n",
+  "tests/numpyro/test_fertility_aligner.py"),
  # a corpus's small length groups joining a larger class (tests/numpyro/test_aligners.py)
  ("z2", "ppl_attention/data/indexed.py",
-  "    groups = _merge_small_groups(groups, batch // 4 if merge_below is None else merge_below)\n",
-  "    groups = _merge_small_groups(groups, 0)\n",
+  "    groups = _merge_small_groups(groups, batch // 4 if merge_below is None else merge_below,\n",
+  "    groups = _merge_small_groups(groups, 0,\n",
   "tests/numpyro/test_aligners.py"),
  # attention over segments (tests/structures/test_segment_attention.py)
  ("g1", "ppl_attention/structures/segment_selection.py",

@@ -300,6 +300,7 @@ def cmd_wordalign(args) -> int:
                                                for sc in fwd["scores"]))
     report = {"model": args.model, "method": args.method, "options": opts,
               "alpha": args.alpha, "gamma": args.gamma, "max_jump": args.max_jump,
+              "null_prior": args.null_prior,
               "n_pairs": len(pairs), "forward_seconds": fwd["seconds"]}
     for flag in ("load", "priors", "save"):
         if getattr(args, flag):

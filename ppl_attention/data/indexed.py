@@ -94,9 +94,10 @@ def _keys(s, sm, y, ym, n_tgt):
     return (s.astype(np.int64)[:, :, None] * n_tgt + y[:, None, :])[real], real
 
 
-def _merge_small_groups(groups: list, merge_below: int) -> list:
-    """(S1, T, rows) groups with the groups of fewer than ``merge_below`` rows moved into the
-    smallest (S1·T) group of at least ``merge_below`` rows whose S1 and T are both as large; a
+def _merge_small_groups(groups: list, merge_below: int, batch: int) -> list:
+    """(S1, T, rows) groups with the groups of fewer than ``merge_below`` rows moved into a
+    group of at least ``merge_below`` rows whose S1 and T are both as large: the smallest (S1·T)
+    one whose last batch has room for them, else the smallest one (one more batch of it); a
     small group with no such host keeps its own class."""
     hosts = {(s1, t): [rows] for s1, t, rows in groups if len(rows) >= merge_below}
     own = []
@@ -105,7 +106,10 @@ def _merge_small_groups(groups: list, merge_below: int) -> list:
             continue
         fits = [k for k in hosts if k[0] >= s1 and k[1] >= t]
         if fits:
-            hosts[min(fits, key=lambda k: (k[0] * k[1], k))].append(rows)
+            held = {k: sum(len(r) for r in hosts[k]) for k in fits}
+            more = {k: -(-(n + len(rows)) // batch) > -(-n // batch)  # a batch more
+                    for k, n in held.items()}
+            hosts[min(fits, key=lambda k: (more[k], k[0] * k[1], k))].append(rows)
         else:
             own.append((s1, t, rows))
     merged = [(s1, t, np.concatenate(parts)) for (s1, t), parts in hosts.items()]
@@ -135,7 +139,8 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
         for t in np.unique(T[S1 == s1]):
             rows = order[(S1[order] == s1) & (T[order] == t)]
             groups.append((int(s1), int(t), rows))
-    groups = _merge_small_groups(groups, batch // 4 if merge_below is None else merge_below)
+    groups = _merge_small_groups(groups, batch // 4 if merge_below is None else merge_below,
+                                 batch)
     # every (source id, target id) of every real cell, as one key, for the cell index
     keys, parts = [], []
     for s1, t, rows in groups:

@@ -170,9 +170,12 @@ def log_gamma_draws(key, shape_param, capacity: int | None = None):
         ok = (v > 0) & (jnp.log(u) < 0.5 * x * x + d - d * v + d * log_v)
         return ok, jnp.log(d) + log_v
 
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
+                                 or capacity < 1):
+        raise UserError(f"log_gamma_draws: capacity must be an int ≥ 1, got {capacity!r}")
     key, k0, k3 = jax.random.split(key, 3)
     done, out = propose(k0, d, c)
-    slots = min(n, max(1, n // 16) if capacity is None else int(capacity))
+    slots = min(n, max(1, n // 16) if capacity is None else capacity)
 
     def not_all(state):
         return ~jnp.all(state[1])

@@ -240,3 +240,22 @@ def test_small_groups_join_a_larger_class():
     assert sorted(got) == list(range(len(pairs)))
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_small_groups_prefer_a_host_with_room_and_gamma_slots_are_checked():
+    """A small group joins the smallest host whose last batch has room for it rather than one
+    that would need a whole batch more; the Gamma draws' slot capacity is refused below 1."""
+    from ppl_attention.core.errors import UserError
+    from ppl_attention.data.indexed import _merge_small_groups
+
+    full = (16, 16, np.arange(8))        # 8 rows: 2 full batches of 4
+    roomy = (24, 24, np.arange(8, 14))   # 6 rows: room for 2 more
+    small = (8, 8, np.arange(14, 16))    # 2 rows
+    merged = {(s1, t): len(r) for s1, t, r in _merge_small_groups([full, roomy, small], 4, 4)}
+    assert merged == {(16, 16): 8, (24, 24): 8}
+    merged = {(s1, t): len(r) for s1, t, r in
+              _merge_small_groups([full, roomy, (8, 8, np.arange(14, 17))], 4, 4)}
+    assert merged == {(16, 16): 11, (24, 24): 6}  # no host has room: the smallest
+    for bad in (0, -1, 2.5):
+        with pytest.raises(UserError, match="capacity must be an int ≥ 1"):
+            al.log_gamma_draws(jax.random.PRNGKey(0), jnp.ones(3), bad)

@@ -4,12 +4,15 @@ factor ψ_{e_i}(n_i) per source position, sampled by single-site Gibbs sweeps.
 Its sweep must leave the alignment posterior p(a | f, e, tables) ∝ w(a) invariant: alignments
 drawn exactly from the brute-force posterior (every alignment of two small sentences
 enumerated, the fertility cap F and the jump clipping D both binding), swept once, are still
-distributed as that posterior (20,000 draws); the sweep's joint weight is w of the alignment it
+distributed as that posterior (20,000 draws); each word's conditional it returns (``probs``,
+what the Rao–Blackwellized link marginals average) is the brute-force single-site conditional
+and averages to the exact link marginals; the sweep's joint weight is w of the alignment it
 drew; its counts are those of that alignment.
 
-Planted faults (``python tests/plant_faults.py f1 f2``): f1 the jump out of a word (to the next
-linked word) left out of its conditional → ``test_sweep_leaves_the_posterior_invariant`` fails;
-f2 the word's own link not removed from the fertilities before its conditional → the same.
+Planted faults (``python tests/plant_faults.py f1 f2 z3``): f1 the jump out of a word (to the
+next linked word) left out of its conditional → ``test_sweep_leaves_the_posterior_invariant``
+fails; f2 the word's own link not removed from the fertilities before its conditional → the
+same; z3 the drawn link one-hot returned instead of the conditional → the same.
 """
 
 from __future__ import annotations
@@ -101,6 +104,28 @@ def test_sweep_leaves_the_posterior_invariant():
                           minlength=len(support)) / n
         se = np.sqrt(p * (1 - p) / n) + 1e-4
         assert (np.abs(got - p) <= 4.5 * se).all(), (r, np.abs(got - p).max())
+    # each word's conditional it was drawn from (the Rao–Blackwellized marginals' summand):
+    # a distribution over NULL and the real positions, 0 on padding, and — averaged over
+    # states from the posterior — the exact link marginals
+    probs = np.asarray(out["probs"], np.float64)  # [n, B, S1, T]
+    for r, (support, p) in enumerate(post):
+        S, Tr = int(SRC_MASK[r].sum()), len(support[0])
+        np.testing.assert_allclose(probs[:, r, :, :Tr].sum(1), 1.0, rtol=1e-5)
+        assert (probs[:, r, S:, :] == 0).all() and (probs[:, r, :, Tr:] == 0).all()
+        exact = np.zeros((S, Tr))
+        for a, w in zip(support, p):
+            exact[list(a), range(Tr)] += w
+        rb = probs[:, r, :S, :Tr].mean(0)
+        se = probs[:, r, :S, :Tr].std(0) / np.sqrt(n) + 1e-4
+        assert (np.abs(rb - exact) <= 4.5 * se).all(), (r, np.abs(rb - exact).max())
+        # the first word's conditional given the rest of the previous state, by brute force
+        _, cell, log_theta, log_dist, log_psi = tables
+        for s_ in range(50):
+            rest = list(prev[s_, r, 1:Tr])
+            w = np.array([_log_weight(r, [i] + rest, cell, log_theta, log_dist, log_psi)
+                          for i in range(S)])
+            want = np.exp(w - w.max()) / np.exp(w - w.max()).sum()
+            np.testing.assert_allclose(probs[s_, r, :S, 0], want, atol=1e-5)
 
 
 def test_sweep_weight_and_counts_are_the_drawn_alignments():

@@ -46,9 +46,9 @@ __all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "gibbs_chains", "ibm1
 #: the most kept sweeps of an HMM chain (its link counts are int16)
 MAX_HMM_KEPT = 32767
 
-#: ``align`` (per class ``[n, B, T]``) and ``log_psi`` ``[n_src, F + 1]``: the fertility
-#: aligner's current alignment and fertility table (None for the others, whose alignments are
-#: drawn afresh each sweep)
+#: ``align`` (per class ``[n, B, T]``): the last sweep's alignments — the fertility aligner's
+#: current state, kept for the others with ``keep_align`` (else None: they draw every alignment
+#: afresh); ``log_psi`` ``[n_src, F + 1]``: the fertility aligner's fertility table (else None)
 GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "marg", "z",
                                        "align", "log_psi"], defaults=(None, None))
 
@@ -161,8 +161,8 @@ class ConjugateGibbs(MCMCKernel):
     @property
     def marginal_dtype(self):
         """The link accumulators' dtype: the HMM's are counts of drawn links (int16, exact to
-        :data:`MAX_HMM_KEPT` kept sweeps, half a float32's memory); IBM1/2's sums of
-        conditionals (float32)."""
+        :data:`MAX_HMM_KEPT` kept sweeps, half a float32's memory); the Rao–Blackwellized
+        aligners' (IBM1/2, fertility) sums of conditionals (float32)."""
         return jnp.float32 if self.spec.kind.rao_blackwellized else jnp.int16
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
@@ -334,8 +334,8 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     words' drawn positions), ``log_dist [chains, draws, K]``, ``bucket_counts``; ``agreement``
     (two chains or more; else None): over *every* target word of the corpus, the largest total
     variation between two chains' link marginals — its mean, max and the share above
-    ``TV_LIMIT`` (Rao–Blackwellized for IBM1/2, each chain's average conditional; for the HMM
-    each chain's drawn-link frequencies); ``seconds``."""
+    ``TV_LIMIT`` (Rao–Blackwellized for IBM1/2 and the fertility aligner, each chain's average
+    conditional; for the HMM each chain's drawn-link frequencies); ``seconds``."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1), init_sweeps=(init_sweeps, 0))
     enable_compilation_cache()
@@ -461,11 +461,12 @@ def chain_diagnostics(track: np.ndarray, agreement: dict | None = None) -> dict:
     is False when the stuck share exceeds ``STUCK_SHARE``, a moving word's R-hat ``RHAT_LIMIT``
     or the largest disagreement ``TV_LIMIT``; ``advice`` then says what to change. With
     ``agreement`` (:func:`run_gibbs`'s, over every target word of the corpus) its figures join
-    the report, and — where the marginals are Rao–Blackwellized (IBM1/2) — more than
-    ``STUCK_SHARE`` of the corpus's words whose chains' marginals are over ``TV_LIMIT`` apart is
-    not mixed either (the HMM's and the fertility model's drawn-link frequencies over a few kept
-    sweeps differ that much by chance: reported, not held to the limit). One chain: nothing to
-    compare (``mixed`` None)."""
+    the report, and — where the marginals are Rao–Blackwellized (IBM1/2: the exact conditionals
+    given the tables; fertility: each word's single-site conditional given the rest, smooth
+    enough that chains over 0.3 apart on a word disagree about it) — more than ``STUCK_SHARE``
+    of the corpus's words whose chains' marginals are over ``TV_LIMIT`` apart is not mixed
+    either (the HMM's drawn-link frequencies over a few kept sweeps differ that much by chance:
+    reported, not held to the limit). One chain: nothing to compare (``mixed`` None)."""
     C, D, n = track.shape
     if C < 2 or n == 0:
         return {"mixed": None, "n": n, "advice": "one chain: run --chains 2 or more to check "
