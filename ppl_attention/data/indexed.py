@@ -107,7 +107,7 @@ def _merge_small_groups(groups: list, merge_below: int, batch: int) -> list:
         fits = [k for k in hosts if k[0] >= s1 and k[1] >= t]
         if fits:
             held = {k: sum(len(r) for r in hosts[k]) for k in fits}
-            more = {k: -(-(n + len(rows)) // batch) > -(-n // batch)  # a batch more
+            more = {k: _ceil(n + len(rows), batch) > _ceil(n, batch)  # a batch more
                     for k, n in held.items()}
             hosts[min(fits, key=lambda k: (more[k], k[0] * k[1], k))].append(rows)
         else:
