@@ -266,6 +266,16 @@ FAULTS = [
   "        cond = jnp.where(real_j[:, None], probs / probs.sum(-1, keepdims=True), 0.0)\n",
   "        cond = jnp.where(real_j[:, None], jax.nn.one_hot(a, probs.shape[-1]), 0.0)\n",
   "tests/numpyro/test_fertility_aligner.py"),
+ # a finished chain's MCMC released (tests/numpyro/test_aligner_memory.py)
+ ("y1", "ppl_attention/numpyro/inference/word_alignment.py",
+  "        release(mcmc)\n        del mcmc\n",
+  "        del mcmc\n",
+  "tests/numpyro/test_aligner_memory.py"),
+ # tokens shared between lines (tests/numpyro/test_aligner_memory.py)
+ ("y2", "ppl_attention/data/parallel.py",
+  "        src = [one(w, w) for w in parts[0].split()]\n",
+  "        src = [w for w in parts[0].split()]\n",
+  "tests/numpyro/test_aligner_memory.py"),
  # a corpus's small length groups joining a larger class (tests/numpyro/test_aligners.py)
  ("z2", "ppl_attention/data/indexed.py",
   "    groups = _merge_small_groups(groups, batch // 4 if merge_below is None else merge_below,\n",

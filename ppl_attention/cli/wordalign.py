@@ -273,15 +273,20 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=
 
     import jax
 
+    from ..core.allocator import return_free_memory
+
     jax.clear_caches()  # this direction's compiled sweeps, before the other's
     gc.collect()
+    return_free_memory()
     return res  # the marginals and the corpus freed before the other direction
 
 
 def cmd_wordalign(args) -> int:
     from ..common.symmetrize import symmetrize_corpus
+    from ..core.allocator import tune_allocator
     from ..data.pharaoh import format_pharaoh, parse_pharaoh_line, write_pharaoh
 
+    tune_allocator()  # a corpus's sweeps leave glibc's arenas fragmented otherwise
     pairs, gold, opts, tables = check_wordalign(args)
     spec = _spec(args)
     print(f"[wordalign] {args.model} by {args.method}: "

@@ -32,8 +32,12 @@ def _lines(text: str) -> list[str]:
 
 def parse_parallel(text: str, where: str = "<text>") -> list[Pair]:
     """The pairs of ``source ||| target`` lines; a line without the separator, with more than
-    one, or with an empty side is a :class:`DataError` naming ``where:LINE``."""
+    one, or with an empty side is a :class:`DataError` naming ``where:LINE``. Each distinct
+    token is one string object, shared by every line that holds it (a corpus's memory is its
+    vocabulary plus one pointer per token, not one string per token)."""
     pairs: list[Pair] = []
+    seen: dict[str, str] = {}
+    one = seen.setdefault
     for n, line in enumerate(_lines(text), 1):
         parts = line.split(f" {SEPARATOR} ") if f" {SEPARATOR} " in line else line.split(SEPARATOR)
         if len(parts) == 1:
@@ -42,7 +46,8 @@ def parse_parallel(text: str, where: str = "<text>") -> list[Pair]:
         if len(parts) > 2:
             raise DataError(f"{where}:{n}: {len(parts) - 1} '{SEPARATOR}' separators (expected "
                             f"one, 'source {SEPARATOR} target')")
-        src, tgt = parts[0].split(), parts[1].split()
+        src = [one(w, w) for w in parts[0].split()]
+        tgt = [one(w, w) for w in parts[1].split()]
         if not src:
             raise DataError(f"{where}:{n}: empty source side")
         if not tgt:

@@ -33,6 +33,7 @@ import numpy as np
 from numpyro.infer import MCMC
 from numpyro.infer.mcmc import MCMCKernel
 
+from ...core.allocator import return_free_memory
 from ...core.errors import UserError
 from ...core.progress import progress_bar
 from .. import aligners as al
@@ -260,12 +261,13 @@ def _check_counts(**values) -> None:
 def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, chains: int,
                  warmup: int, samples: int, thinning: int = 1, seed: int = 0,
                  progress: bool = True, record_tables: bool = False,
-                 start: dict | None = None, keep_align: bool = False) -> MCMC:
+                 start: dict | None = None, keep_align: bool = False, key=None) -> MCMC:
     """NumPyro's ``MCMC`` of :class:`ConjugateGibbs` on a corpus given as (``sizes``,
     ``data``) (:func:`device_corpus`), ``chains`` chains one after another; returns the run
     ``MCMC`` (its samples: the fields of the kernel's ``z``, ``log_theta`` too with
     ``record_tables``; its ``last_state.marg``: the summed conditionals; with ``keep_align``
-    its ``last_state.align``: the last sweep's alignments)."""
+    its ``last_state.align``: the last sweep's alignments); ``key``: the PRNG key (else
+    ``PRNGKey(seed)``). Call :func:`release` once its states are read."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1))
     if not spec.kind.rao_blackwellized and samples * thinning > MAX_HMM_KEPT:
@@ -274,8 +276,22 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
     mcmc = MCMC(ConjugateGibbs(spec, sizes, record_tables, keep_align), num_warmup=warmup,
                 num_samples=samples, num_chains=chains, chain_method="sequential",
                 thinning=thinning, progress_bar=progress, jit_model_args=True)
-    mcmc.run(jax.random.PRNGKey(seed), data, track, *([start] if start is not None else []))
+    mcmc.run(jax.random.PRNGKey(seed) if key is None else key, data, track,
+             *([start] if start is not None else []))
     return mcmc
+
+
+def release(mcmc: MCMC) -> None:
+    """Drop a finished ``MCMC``'s states. NumPyro keeps the post-processing functions of its
+    last runs in a module-level cache (``numpyro.util.cached_by``, eight entries), each holding
+    its ``MCMC`` — and so the run's states and model arguments, here a corpus's link
+    accumulators and its arrays — past our last reference to it."""
+    for name in ("_states", "_states_flat", "_last_state", "_warmup_state", "_args",
+                 "_kwargs"):
+        if hasattr(mcmc, name):
+            setattr(mcmc, name, None)
+    for name in ("_init_state_cache", "_cache"):
+        getattr(mcmc, name, {}).clear()
 
 
 def posterior_mean_log_translation(spec: al.AlignerSpec, sizes: dict, data: dict, counts):
@@ -310,7 +326,8 @@ def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps
     log_theta = st.log_theta.reshape(-1, sizes["n_cells"])[0]
     log_dist = st.log_dist.reshape(-1, hmm.n_buckets)[0]
     align = [a.reshape(-1, *c["tgt"].shape)[0] for a, c in zip(st.align, data["classes"])]
-    del mcmc
+    release(mcmc)
+    return_free_memory()
     return {"log_theta": log_theta, "log_dist": log_dist, "align": align}
 
 
@@ -350,20 +367,31 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
         start = hmm_start(spec, sizes, data, idx, max(2, round((warmup + samples * thinning)
                                                                / 4)),
                           start, seed, progress)
-    mcmc = gibbs_chains(spec, sizes, data, idx, chains=chains, warmup=warmup, samples=samples,
-                        thinning=thinning, seed=seed, progress=progress, start=start)
-    z = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    # one MCMC per chain, each released once read: NumPyro's sequential chains would stack
+    # every chain's link accumulators into one more copy of them all
+    z, per_chain = [], []
+    for k in jax.random.split(jax.random.PRNGKey(seed), chains):
+        mcmc = gibbs_chains(spec, sizes, data, idx, chains=1, warmup=warmup, samples=samples,
+                            thinning=thinning, progress=progress, start=start, key=k)
+        z.append({name: np.asarray(v) for name, v in
+                  mcmc.get_samples(group_by_chain=True).items()})
+        per_chain.append(mcmc.last_state.marg)
+        release(mcmc)
+        del mcmc
+        return_free_memory()
+    z = {name: np.concatenate([c[name] for c in z]) for name in z[0]}
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
     marg, cells = [], jnp.zeros(sizes["n_cells"], jnp.float32)
     tv = []
-    for cls, m in zip(data["classes"], mcmc.last_state.marg):  # one class at a time
-        m, class_cells, worst = _class_summary(m.reshape(chains, *m.shape[-4:]), cls, kept,
+    for ci, cls in enumerate(data["classes"]):  # one class at a time
+        m, class_cells, worst = _class_summary(tuple(c[ci] for c in per_chain), cls, kept,
                                                sizes["n_cells"])
+        per_chain = [c[:ci] + (None,) + c[ci + 1:] for c in per_chain]  # this class freed
         if chains > 1:
             tv.append(np.asarray(worst)[np.asarray(cls["tgt_mask"])])
         cells = cells + class_cells
         marg.append(np.asarray(m))
-    del mcmc  # its last state holds every chain's accumulators
+    del per_chain
     drawn = z["bucket_counts"]  # [chains, draws, K]
     counts = (np.asarray(cells), drawn.mean((0, 1)) if drawn.size else
               np.zeros(spec.n_buckets, np.float32),
@@ -381,11 +409,12 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
 
 
 @functools.partial(jax.jit, static_argnames="n_cells")
-def _class_summary(m, cls, kept, n_cells: int):
+def _class_summary(chains_m, cls, kept, n_cells: int):
     """One class's chains summed up in one compiled program: the link marginals averaged over
     chains and kept sweeps ``[n, B, S1, T]``, their cell counts ``[C]`` and the chains' largest
     disagreement per target word ``[n, B, T]`` (:func:`_chains_tv`; zeros for one chain), from
-    ``m [chains, n, B, S1, T]``, each chain's sum over its ``kept`` sweeps."""
+    ``chains_m`` (per chain ``[n, B, S1, T]``, its sum over its ``kept`` sweeps)."""
+    m = jnp.stack(chains_m)
     chains = m.shape[0]
     worst = _chains_tv(m, kept) if chains > 1 else jnp.zeros(m.shape[1:3] + m.shape[4:])
     mean = m.sum(0, dtype=jnp.float32) / (kept * chains)
