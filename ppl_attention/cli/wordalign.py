@@ -221,7 +221,7 @@ def _gibbs(wa, spec, corpus, opts, seed, prior) -> dict:
     res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["warmup"],
                        samples=opts["samples"], thinning=opts["thin"], seed=seed,
                        track=opts["track"], init_sweeps=opts["init_sweeps"], release_host=True,
-                       prior=prior)
+                       prior=prior, release_compiled=True)
     if opts["chains"] > 1:
         res["diagnostics"] = {**wa.link_rhat(res["traces"]["track"]),
                               **wa.chain_diagnostics(res["traces"]["track"],
@@ -248,8 +248,9 @@ RUNNERS = {"gibbs": _gibbs, "vb": _vb, "svb": _svb}
 
 
 def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=False,
-           tables=None, save=False):
-    """One direction: ``tables`` (saved tables or priors, :mod:`~ppl_attention.data.
+           tables=None, save=False, consume=False):
+    """One direction (``consume``: ``pairs`` is emptied once indexed, its memory given back
+    while the chains run): ``tables`` (saved tables or priors, :mod:`~ppl_attention.data.
     aligner_tables`) the prior's pseudo-counts; ``save``: the posterior's tables (the
     pseudo-counts plus this text's expected counts) in ``res["tables"]``."""
     from ..data.aligner_tables import merge_tables, prior_for_corpus, tables_from_corpus
@@ -259,6 +260,8 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=
     corpus, src_words, tgt_words = index_pairs(
         pairs, batch=batch_size, src_vocab=tables.src_words if tables else None,
         tgt_vocab=tables.tgt_words if tables else None)
+    if consume:
+        pairs.clear()
     print(f"[wordalign] {desc}: {corpus.n_pairs} pairs, {corpus.n_cells} word pairs "
           f"co-occurring, {len(corpus.classes)} shape classes", file=sys.stderr)
     prior = prior_for_corpus(tables, corpus) if tables else None
@@ -288,6 +291,7 @@ def cmd_wordalign(args) -> int:
 
     tune_allocator()  # a corpus's sweeps leave glibc's arenas fragmented otherwise
     pairs, gold, opts, tables = check_wordalign(args)
+    n_pairs = len(pairs)
     spec = _spec(args)
     print(f"[wordalign] {args.model} by {args.method}: "
           + ", ".join(f"{METHOD_OPTIONS[k].flag} {v}" for k, v in opts.items()),
@@ -306,16 +310,18 @@ def cmd_wordalign(args) -> int:
     report = {"model": args.model, "method": args.method, "options": opts,
               "alpha": args.alpha, "gamma": args.gamma, "max_jump": args.max_jump,
               "null_prior": args.null_prior,
-              "n_pairs": len(pairs), "forward_seconds": fwd["seconds"]}
+              "n_pairs": n_pairs, "forward_seconds": fwd["seconds"]}
     for flag in ("load", "priors", "save"):
         if getattr(args, flag):
             report[flag] = str(getattr(args, flag))
     # kept as Pharaoh lines while the other direction runs (a tenth of the sets' memory)
     forward_lines = [format_pharaoh(a) for a in fwd.pop("links")]
     if both:
-        rev = _align(spec, args.method, opts, [(t, s) for s, t in pairs], args.batch_size,
+        reverse_pairs = [(t, s) for s, t in pairs]
+        del pairs  # the reverse direction's list holds the words now, until it is indexed
+        rev = _align(spec, args.method, opts, reverse_pairs, args.batch_size,
                      args.seed + 1, args.threshold, "reverse", tables=tables.get("reverse"),
-                     save=bool(args.save))
+                     save=bool(args.save), consume=True)
         report["reverse_seconds"] = rev["seconds"]
     results = {"forward": [parse_pharaoh_line(line, "forward") for line in forward_lines]}
     del forward_lines
@@ -382,7 +388,7 @@ def cmd_wordalign(args) -> int:
         elif args.load and "reverse" in tables:  # not run this time: kept as loaded
             saved["reverse"] = tables["reverse"]
         meta = {k: getattr(args, k) for k in SPEC_DEFAULTS}
-        meta.update(method=args.method, n_pairs=len(pairs) + args.trained_pairs,
+        meta.update(method=args.method, n_pairs=n_pairs + args.trained_pairs,
                     trained_on=str(args.input), prior=report.get("load") or report.get("priors"))
         save_tables(args.save, SavedTables(meta, saved))
         print(f"[wordalign] tables saved to {args.save} ({', '.join(saved)})", file=sys.stderr)

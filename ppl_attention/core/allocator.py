@@ -35,7 +35,7 @@ def _libc():
         return None
 
 
-def tune_allocator(mmap_threshold: int = 256 * 1024, arenas: int = 2) -> bool:
+def tune_allocator(mmap_threshold: int = 64 * 1024, arenas: int = 1) -> bool:
     """Fix glibc's mmap (and trim) threshold at ``mmap_threshold`` bytes and cap its arenas at
     ``arenas``, through ``mallopt``. Returns whether they were set: False off Linux's glibc, or
     when one of :data:`ALLOCATOR_ENV` is set (the user's own settings stand)."""

@@ -48,11 +48,13 @@ def test_one_chain_has_nothing_to_compare():
 
 
 def test_chains_tv_of_link_marginals_against_numpy():
-    """``_chains_tv``: per target word the largest total variation between two chains' link
-    marginals, written out here over 3 chains' accumulated counts."""
+    """``_class_summary``: per target word the largest total variation between two chains'
+    link marginals and their mean, written out here over 3 chains' accumulated counts — one
+    chain held as :func:`_half_mean`'s float16 marginals (as a finished chain waits for the
+    next), two as int16 sums over the kept sweeps."""
     import jax.numpy as jnp
 
-    from ppl_attention.numpyro.inference.word_alignment import _chains_tv
+    from ppl_attention.numpyro.inference.word_alignment import _class_summary, _half_mean
 
     rng = np.random.default_rng(2)
     kept = 10
@@ -62,8 +64,16 @@ def test_chains_tv_of_link_marginals_against_numpy():
     for a in range(3):
         for b in range(a + 1, 3):
             want = np.maximum(want, 0.5 * np.abs(m[a] - m[b]).sum(-2) / kept)
-    np.testing.assert_allclose(np.asarray(_chains_tv(jnp.asarray(m, jnp.int16), kept)), want,
-                               rtol=1e-6)
+    cls = {"src_mask": jnp.ones((2, 3, 3), bool), "tgt_mask": jnp.ones((2, 3, 4), bool),
+           "cell": jnp.zeros((2, 3, 3, 4), jnp.int32)}
+    held = _half_mean(jnp.asarray(m[0], jnp.float32), 1.0 / kept)
+    assert held.dtype == jnp.float16
+    mean, cells, worst = _class_summary(
+        (held, jnp.asarray(m[1], jnp.int16), jnp.asarray(m[2], jnp.int16)),
+        (1.0, 1.0 / kept, 1.0 / kept), cls, 1)
+    np.testing.assert_allclose(np.asarray(worst), want, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(mean), m.mean(0) / kept, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(cells), [m.sum() / (3 * kept)], rtol=1e-4)
 
 
 def test_corpus_wide_disagreement_flags_a_run():

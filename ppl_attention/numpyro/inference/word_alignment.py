@@ -327,19 +327,22 @@ def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps
     log_dist = st.log_dist.reshape(-1, hmm.n_buckets)[0]
     align = [a.reshape(-1, *c["tgt"].shape)[0] for a, c in zip(st.align, data["classes"])]
     release(mcmc)
-    return_free_memory()
     return {"log_theta": log_theta, "log_dist": log_dist, "align": align}
 
 
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
               progress: bool = True, init_sweeps: int = 0, release_host: bool = False,
-              prior=None) -> dict:
+              prior=None, release_compiled: bool = False) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
     :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another by NumPyro's
     ``MCMC`` (:func:`gibbs_chains`), started (``init_sweeps`` > 0, IBM2 / HMM) from
     :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are dropped once on
     the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`);
+    ``release_compiled``: JAX's in-memory compiled programs are cleared after each stage
+    (IBM1, the HMM start, each chain: one chain's sweep holds a few hundred MB at 100k pairs;
+    the persistent cache brings them back in a second or two) — for a program that owns the
+    process, as ``wordalign`` does, not for a session with compiled functions of its own;
     ``prior``: pseudo-counts from tables trained elsewhere (:func:`device_corpus`), the chains
     started from their posterior means. The fertility aligner's chains start from
     :func:`hmm_start` (HMM sweeps: a quarter of the fertility sweeps, at least 2, as eflomal's
@@ -361,31 +364,47 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     if release_host:
         corpus.release_batches()
     t0 = time.perf_counter()
+
+    def stage_done():
+        if release_compiled:
+            jax.clear_caches()
+        return_free_memory()
+
     start = ibm1_start(spec, sizes, data, init_sweeps, progress) \
         if init_sweeps and spec.kind.buckets != "none" else None
+    stage_done()
     if spec.kind.fertility:  # as eflomal: IBM1, then the HMM, then the fertility model
         start = hmm_start(spec, sizes, data, idx, max(2, round((warmup + samples * thinning)
                                                                / 4)),
                           start, seed, progress)
+        stage_done()
     # one MCMC per chain, each released once read: NumPyro's sequential chains would stack
     # every chain's link accumulators into one more copy of them all
-    z, per_chain = [], []
-    for k in jax.random.split(jax.random.PRNGKey(seed), chains):
+    kept = samples * thinning  # transitions after warm-up, each adding its conditional
+    z, per_chain, scales = [], [], []
+    for c, k in enumerate(jax.random.split(jax.random.PRNGKey(seed), chains)):
         mcmc = gibbs_chains(spec, sizes, data, idx, chains=1, warmup=warmup, samples=samples,
                             thinning=thinning, progress=progress, start=start, key=k)
         z.append({name: np.asarray(v) for name, v in
                   mcmc.get_samples(group_by_chain=True).items()})
-        per_chain.append(mcmc.last_state.marg)
+        marg = list(mcmc.last_state.marg)
         release(mcmc)
         del mcmc
-        return_free_memory()
+        scale = 1.0 / kept
+        if c < chains - 1 and marg[0].dtype == jnp.float32:  # held while the next chain runs
+            for ci in range(len(marg)):  # class by class, the float32 sums freed as we go
+                marg[ci] = _half_mean(marg[ci], scale)
+            scale = 1.0
+        per_chain.append(tuple(marg))
+        scales.append(scale)
+        del marg
+        stage_done()
     z = {name: np.concatenate([c[name] for c in z]) for name in z[0]}
-    kept = samples * thinning  # transitions after warm-up, each adding its conditional
     marg, cells = [], jnp.zeros(sizes["n_cells"], jnp.float32)
     tv = []
     for ci, cls in enumerate(data["classes"]):  # one class at a time
-        m, class_cells, worst = _class_summary(tuple(c[ci] for c in per_chain), cls, kept,
-                                               sizes["n_cells"])
+        m, class_cells, worst = _class_summary(tuple(c[ci] for c in per_chain), tuple(scales),
+                                               cls, sizes["n_cells"])
         per_chain = [c[:ci] + (None,) + c[ci + 1:] for c in per_chain]  # this class freed
         if chains > 1:
             tv.append(np.asarray(worst)[np.asarray(cls["tgt_mask"])])
@@ -408,26 +427,37 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
             "track_indices": [np.asarray(i) for i in idx]}
 
 
+@jax.jit
+def _half_mean(m, scale):
+    """A finished chain's link marginals ``m · scale`` (its sum over the kept sweeps times
+    1 / kept) in float16, held while the next chain runs: half a float32 sum's memory, each
+    marginal in [0, 1] to 2⁻¹¹ of itself — below a thousandth of a link's posterior."""
+    return (m * scale).astype(jnp.float16)
+
+
 @functools.partial(jax.jit, static_argnames="n_cells")
-def _class_summary(chains_m, cls, kept, n_cells: int):
+def _class_summary(chains_m, scales, cls, n_cells: int):
     """One class's chains summed up in one compiled program: the link marginals averaged over
-    chains and kept sweeps ``[n, B, S1, T]``, their cell counts ``[C]`` and the chains' largest
-    disagreement per target word ``[n, B, T]`` (:func:`_chains_tv`; zeros for one chain), from
-    ``chains_m`` (per chain ``[n, B, S1, T]``, its sum over its ``kept`` sweeps)."""
-    m = jnp.stack(chains_m)
-    chains = m.shape[0]
-    worst = _chains_tv(m, kept) if chains > 1 else jnp.zeros(m.shape[1:3] + m.shape[4:])
-    mean = m.sum(0, dtype=jnp.float32) / (kept * chains)
+    chains ``[n, B, S1, T]``, their cell counts ``[C]`` and the chains' largest disagreement
+    per target word ``[n, B, T]`` (:func:`_chains_tv`; zeros for one chain), from
+    ``chains_m`` (per chain ``[n, B, S1, T]``; times its ``scales`` entry, that chain's link
+    marginals: a sum over kept sweeps times 1 / kept, or :func:`_half_mean`'s marginals
+    times 1). Each real target word's mean is renormalized over NULL and the source
+    positions (a no-op but for a held chain's float16 rounding)."""
+    m = jnp.stack([x.astype(jnp.float32) * s for x, s in zip(chains_m, scales)])
+    worst = _chains_tv(m) if m.shape[0] > 1 else jnp.zeros(m.shape[1:3] + m.shape[4:])
+    mean = m.mean(0)
+    total = mean.sum(-2, keepdims=True)  # 1 for a real target word, up to float16's rounding
+    mean = jnp.where(total > 0, mean / jnp.where(total > 0, total, 1.0), 0.0)
     return mean, _cell_counts({"classes": [cls]}, [mean], n_cells), worst
 
 
 @jax.jit
-def _chains_tv(m, kept):
+def _chains_tv(m):
     """Per target word ``[n, B, T]``, the largest total variation between two chains' link
-    marginals (``m [chains, n, B, S1, T]``, each chain's sum over its ``kept`` sweeps)."""
-    m = m.astype(jnp.float32) / kept
+    marginals (``m [chains, n, B, S1, T]``)."""
     C = m.shape[0]
-    worst = jnp.zeros(m.shape[1:3] + m.shape[4:], jnp.float32)
+    worst = jnp.zeros(m.shape[1:3] + m.shape[4:], m.dtype)
     for a in range(C):
         for b in range(a + 1, C):
             worst = jnp.maximum(worst, 0.5 * jnp.abs(m[a] - m[b]).sum(-2))
