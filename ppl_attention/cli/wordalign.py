@@ -287,7 +287,7 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=
 def cmd_wordalign(args) -> int:
     from ..common.symmetrize import symmetrize_corpus
     from ..core.allocator import tune_allocator
-    from ..data.pharaoh import format_pharaoh, parse_pharaoh_line, write_pharaoh
+    from ..data.pharaoh import format_pharaoh, links_of_own_line, write_pharaoh
 
     tune_allocator()  # a corpus's sweeps leave glibc's arenas fragmented otherwise
     pairs, gold, opts, tables = check_wordalign(args)
@@ -323,15 +323,17 @@ def cmd_wordalign(args) -> int:
                      args.seed + 1, args.threshold, "reverse", tables=tables.get("reverse"),
                      save=bool(args.save), consume=True)
         report["reverse_seconds"] = rev["seconds"]
-    results = {"forward": [parse_pharaoh_line(line, "forward") for line in forward_lines]}
+    if args.forward:  # the lines as they are, not formatted twice
+        from ..data.corpus import atomic_write_text
+
+        atomic_write_text(args.forward, "".join(line + "\n" for line in forward_lines))
+    results = {"forward": [links_of_own_line(line) for line in forward_lines]}
     del forward_lines
     if both:
         results["reverse"] = [{(i, j) for j, i in links} for links in rev.pop("links")]
     if args.symmetrize:
         results[args.symmetrize] = symmetrize_corpus(results["forward"], results["reverse"],
                                                      args.symmetrize)
-    if args.forward:
-        write_pharaoh(args.forward, results["forward"])
     if args.reverse:
         write_pharaoh(args.reverse, results["reverse"])
     if args.symmetrize:

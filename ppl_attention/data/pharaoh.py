@@ -48,6 +48,12 @@ def read_pharaoh(path: str | os.PathLike, pairs: list[Pair] | None = None) -> li
     return out
 
 
+def links_of_own_line(line: str) -> Links:
+    """The links of a line :func:`format_pharaoh` wrote in this run — unchecked, twice as fast
+    as :func:`parse_pharaoh_line`, never for a line read from a file."""
+    return {(int(i), int(j)) for i, j in (item.split("-") for item in line.split())}
+
+
 def format_pharaoh(links: Links) -> str:
     return " ".join(f"{i}-{j}" for i, j in sorted(links, key=lambda p: (p[1], p[0])))
 

@@ -281,17 +281,19 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
     return mcmc
 
 
-def release(mcmc: MCMC) -> None:
+def release(mcmc: MCMC, keep_compiled: bool = False) -> None:
     """Drop a finished ``MCMC``'s states. NumPyro keeps the post-processing functions of its
     last runs in a module-level cache (``numpyro.util.cached_by``, eight entries), each holding
     its ``MCMC`` — and so the run's states and model arguments, here a corpus's link
-    accumulators and its arrays — past our last reference to it."""
+    accumulators and its arrays — past our last reference to it. ``keep_compiled``: its
+    compiled sampler stays, for another ``run`` (another chain) of the same ``MCMC``."""
     for name in ("_states", "_states_flat", "_last_state", "_warmup_state", "_args",
                  "_kwargs"):
         if hasattr(mcmc, name):
             setattr(mcmc, name, None)
-    for name in ("_init_state_cache", "_cache"):
-        getattr(mcmc, name, {}).clear()
+    getattr(mcmc, "_init_state_cache", {}).clear()
+    if not keep_compiled:
+        getattr(mcmc, "_cache", {}).clear()
 
 
 def posterior_mean_log_translation(spec: al.AlignerSpec, sizes: dict, data: dict, counts):
@@ -381,15 +383,18 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     # one MCMC per chain, each released once read: NumPyro's sequential chains would stack
     # every chain's link accumulators into one more copy of them all
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
-    z, per_chain, scales = [], [], []
+    z, per_chain, scales, mcmc = [], [], [], None
     for c, k in enumerate(jax.random.split(jax.random.PRNGKey(seed), chains)):
-        mcmc = gibbs_chains(spec, sizes, data, idx, chains=1, warmup=warmup, samples=samples,
-                            thinning=thinning, progress=progress, start=start, key=k)
+        if mcmc is None:
+            mcmc = gibbs_chains(spec, sizes, data, idx, chains=1, warmup=warmup,
+                                samples=samples, thinning=thinning, progress=progress,
+                                start=start, key=k)
+        else:  # the same MCMC again: its sampler traced and compiled once
+            mcmc.run(k, data, idx, *([start] if start is not None else []))
         z.append({name: np.asarray(v) for name, v in
                   mcmc.get_samples(group_by_chain=True).items()})
         marg = list(mcmc.last_state.marg)
-        release(mcmc)
-        del mcmc
+        release(mcmc, keep_compiled=True)
         scale = 1.0 / kept
         if c < chains - 1 and marg[0].dtype == jnp.float32:  # held while the next chain runs
             for ci in range(len(marg)):  # class by class, the float32 sums freed as we go
@@ -398,7 +403,10 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
         per_chain.append(tuple(marg))
         scales.append(scale)
         del marg
-        stage_done()
+        return_free_memory()
+    release(mcmc)
+    del mcmc
+    stage_done()
     z = {name: np.concatenate([c[name] for c in z]) for name in z[0]}
     marg, cells = [], jnp.zeros(sizes["n_cells"], jnp.float32)
     tv = []
@@ -698,12 +706,12 @@ def links_from_marginals(corpus, marginals, threshold: float | None = None,
         n, B, S1, T = m.shape
         m = m.reshape(n * B, S1, T)
         index = cls.index.reshape(-1)
-        best = m.argmax(1)  # [rows, T]
-        for r in np.flatnonzero(index >= 0):
+        best = m.argmax(1).tolist()  # [rows, T], Python ints
+        for r in np.flatnonzero(index >= 0).tolist():
             k = int(index[r])
             Tk, Sk = int(corpus.tgt_len[k]), int(corpus.src_len[k])
             if threshold is None:
-                out[k] = {(int(best[r, j]) - 1, j) for j in range(Tk) if best[r, j] > 0}
+                out[k] = {(b - 1, j) for j, b in enumerate(best[r][:Tk]) if b > 0}
             else:
                 i, j = np.nonzero(m[r, 1:1 + Sk, :Tk] >= threshold)
                 out[k] = set(zip(i.tolist(), j.tolist()))
