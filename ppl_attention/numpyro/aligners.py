@@ -591,20 +591,27 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
     pos = jnp.arange(S1) - 1  # real position of each S1 column (NULL: −1)
     rows = jnp.arange(B)
     keys = jax.random.split(key, T)
+    # the jump terms as rows of small tables, gathered a row per sentence at each step:
+    # into[m, c]: into column c from memory m (S1 index; 0: the start), NULL's weight at c = 0;
+    # out_of[x, c]: from column c's position on to the next real link's column x (0: none) —
+    # column 0 (NULL) jumps on from the memory instead, set per step
+    into = jnp.where(pos[None] >= 0, _jump_log(spec, log_dist, pos[None], pos[:, None]),
+                     log_dist[spec.null_bucket])
+    out_of = jnp.where((pos >= 0)[:, None],
+                       _jump_log(spec, log_dist, pos[:, None], pos[None]), 0.0)
+    # log ψ(n + 1) − log ψ(n) by fertility n, −∞ past F: [B, S1, F + 1]
+    gain_psi = jnp.concatenate([psi[..., 1:] - psi[..., :-1],
+                                jnp.full(psi.shape[:-1] + (1,), NEG, psi.dtype)], -1)
 
     def step(carry, xs):
         m, fert = carry
         le_j, old, nx, real_j, k = xs
         fert = fert - jax.nn.one_hot(jnp.where(real_j, old, -1), S1, dtype=jnp.int32)
         pm = m - 1  # the memory's real position (−1: the start)
-        jump_in = jnp.where(pos[None] >= 0, _jump_log(spec, log_dist, pos[None], pm[:, None]),
-                            log_dist[spec.null_bucket])
-        from_pos = jnp.where(pos[None] >= 0, pos[None], pm[:, None])
-        jump_out = jnp.where((nx >= 1)[:, None],
-                             _jump_log(spec, log_dist, (nx - 1)[:, None], from_pos), 0.0)
-        n_now = jnp.take_along_axis(psi, jnp.clip(fert, 0, F)[..., None], -1)[..., 0]
-        n_next = jnp.take_along_axis(psi, jnp.clip(fert + 1, 0, F)[..., None], -1)[..., 0]
-        ratio = jnp.where(fert + 1 > F, NEG, n_next - n_now)
+        jump_in = into[m]
+        null_out = jnp.where(nx >= 1, _jump_log(spec, log_dist, nx - 1, pm), 0.0)
+        jump_out = jnp.where(pos[None] >= 0, out_of[nx], null_out[:, None])
+        ratio = jnp.take_along_axis(gain_psi, jnp.clip(fert, 0, F)[..., None], -1)[..., 0]
         logits = le_j + jump_in + jump_out + jnp.where(pos[None] >= 0, ratio, 0.0)
         logits = jnp.where(sm, logits, NEG)
         probs = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
