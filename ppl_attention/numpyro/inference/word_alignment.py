@@ -39,8 +39,8 @@ from ...core.progress import progress_bar
 from .. import aligners as al
 from .cache import enable_compilation_cache
 
-__all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "gibbs_chains", "ibm1_start",
-           "posterior_mean_log_translation", "run_gibbs", "vb_sweeps", "run_vb",
+__all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "donated_chains", "gibbs_chains",
+           "ibm1_start", "posterior_mean_log_translation", "run_gibbs", "vb_sweeps", "run_vb",
            "run_svb", "device_corpus", "links_from_marginals", "link_rhat",
            "chain_diagnostics"]
 
@@ -296,6 +296,38 @@ def release(mcmc: MCMC, keep_compiled: bool = False) -> None:
         getattr(mcmc, "_cache", {}).clear()
 
 
+def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
+                   samples: int, thinning: int = 1, progress: bool = True):
+    """Chains of ``kernel``, one per key, one after another, each as NumPyro's ``MCMC`` runs
+    it — ``init``, then ``warmup + samples · thinning`` calls of ``sample``, every
+    ``thinning``-th state after the warm-up kept — but with the link accumulators *donated* to
+    each compiled sweep, so that a corpus's accumulators are in memory once, not twice (the
+    sweep's input and its output: 0.2 GB at 100k pairs); the sweep is traced once for all
+    chains. Yields per chain the kept draws of the state's ``z`` (``{field: [1, samples,
+    ...]}``, NumPyro's ``get_samples(group_by_chain=True)`` of one chain) and its final
+    accumulators (per class ``[n, B, S1, T]``)."""
+    _check_counts(warmup=(warmup, 0), samples=(samples, 1), thinning=(thinning, 1))
+
+    def sweep(marg, state, args):
+        new = kernel.sample(state._replace(marg=marg), args, {})
+        return new.marg, new._replace(marg=None)
+
+    step = jax.jit(sweep, donate_argnums=0)
+    for c, key in enumerate(keys):
+        state = kernel.init(key, warmup, None, model_args, {})
+        marg, state = state.marg, state._replace(marg=None)
+        draws = []
+        for i in progress_bar(range(warmup + samples * thinning), leave=False,
+                              desc=f"chain {c + 1}/{len(keys)}", disable=not progress):
+            marg, state = step(marg, state, model_args)
+            if i >= warmup and (i - warmup + 1) % thinning == 0:
+                draws.append(state.z)
+        del state
+        yield ({name: np.stack([np.asarray(d[name]) for d in draws])[None]
+                for name in draws[0]}, marg)
+        del marg
+
+
 def posterior_mean_log_translation(spec: al.AlignerSpec, sizes: dict, data: dict, counts):
     """log E[θ_c] = log (α + p_c + n_c) − log (V_f·α + p_e + n_e) of the rows' Dirichlet
     posteriors given the cells' (expected) counts ``[C]`` (p: the corpus's prior
@@ -380,21 +412,15 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
                                                                / 4)),
                           start, seed, progress)
         stage_done()
-    # one MCMC per chain, each released once read: NumPyro's sequential chains would stack
-    # every chain's link accumulators into one more copy of them all
     kept = samples * thinning  # transitions after warm-up, each adding its conditional
-    z, per_chain, scales, mcmc = [], [], [], None
-    for c, k in enumerate(jax.random.split(jax.random.PRNGKey(seed), chains)):
-        if mcmc is None:
-            mcmc = gibbs_chains(spec, sizes, data, idx, chains=1, warmup=warmup,
-                                samples=samples, thinning=thinning, progress=progress,
-                                start=start, key=k)
-        else:  # the same MCMC again: its sampler traced and compiled once
-            mcmc.run(k, data, idx, *([start] if start is not None else []))
-        z.append({name: np.asarray(v) for name, v in
-                  mcmc.get_samples(group_by_chain=True).items()})
-        marg = list(mcmc.last_state.marg)
-        release(mcmc, keep_compiled=True)
+    kernel = ConjugateGibbs(spec, sizes)
+    model_args = (data, idx) + ((start,) if start is not None else ())
+    z, per_chain, scales = [], [], []
+    for c, (draws, marg) in enumerate(donated_chains(
+            kernel, jax.random.split(jax.random.PRNGKey(seed), chains), model_args, warmup,
+            samples, thinning, progress)):
+        z.append(draws)
+        marg = list(marg)
         scale = 1.0 / kept
         if c < chains - 1 and marg[0].dtype == jnp.float32:  # held while the next chain runs
             for ci in range(len(marg)):  # class by class, the float32 sums freed as we go
@@ -404,8 +430,6 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
         scales.append(scale)
         del marg
         return_free_memory()
-    release(mcmc)
-    del mcmc
     stage_done()
     z = {name: np.concatenate([c[name] for c in z]) for name in z[0]}
     marg, cells = [], jnp.zeros(sizes["n_cells"], jnp.float32)
