@@ -55,3 +55,28 @@ def test_allocator_settings_stand_aside_for_the_users(monkeypatch):
     assert isinstance(allocator.return_free_memory(), bool)
     x = np.ones(1 << 20)  # the allocator still serves and frees after both calls
     assert float(x.sum()) == float(1 << 20)
+
+
+def test_donated_chains_are_numpyros_mcmc():
+    """``donated_chains`` runs the kernel as NumPyro's ``MCMC`` does: from the same key, the
+    same kept draws (warm-up and thinning included) and the same final accumulators. Its
+    ``samples`` are the draws *kept* (``samples · thinning`` sweeps after the warm-up, as
+    ``wordalign --samples`` and ``--thin`` say); NumPyro's ``num_samples`` counts the sweeps."""
+    corpus, _, _ = index_pairs(parse_parallel(TEXT * 3), batch=4, multiple=4)
+    sizes, data = wa.device_corpus(corpus)
+    track = wa._track_indices(corpus, 6, 0)
+    spec = al.aligner("ibm2", alpha=0.5)
+    key = jax.random.PRNGKey(3)
+    mcmc = wa.gibbs_chains(spec, sizes, data, track, chains=1, warmup=2, samples=3 * 2,
+                           thinning=2, progress=False, key=key)
+    want = mcmc.get_samples(group_by_chain=True)
+    want_marg = mcmc.last_state.marg
+    (z, marg), = wa.donated_chains(wa.ConjugateGibbs(spec, sizes), [key], (data, track),
+                                   warmup=2, samples=3, thinning=2, progress=False)
+    assert set(z) == set(want)
+    for name in z:
+        assert z[name].shape == want[name].shape, name
+        np.testing.assert_allclose(z[name], np.asarray(want[name]), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    for got, ref in zip(marg, want_marg):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-6)

@@ -267,7 +267,9 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
     ``MCMC`` (its samples: the fields of the kernel's ``z``, ``log_theta`` too with
     ``record_tables``; its ``last_state.marg``: the summed conditionals; with ``keep_align``
     its ``last_state.align``: the last sweep's alignments); ``key``: the PRNG key (else
-    ``PRNGKey(seed)``). Call :func:`release` once its states are read."""
+    ``PRNGKey(seed)``). ``samples`` is NumPyro's ``num_samples``: the sweeps after the
+    warm-up, every ``thinning``-th kept (:func:`donated_chains` counts kept draws instead).
+    Call :func:`release` once its states are read."""
     _check_counts(chains=(chains, 1), warmup=(warmup, 0), samples=(samples, 1),
                   thinning=(thinning, 1))
     if not spec.kind.rao_blackwellized and samples * thinning > MAX_HMM_KEPT:
