@@ -7,7 +7,7 @@ a few MiB again and again — one batch's temporaries, sweep after sweep — the
 fragmented: the process holds memory it no longer uses, and its resident size grows from one
 stage to the next. Fixing the threshold (a block above it is mapped, and unmapped when freed)
 and capping the arenas keeps the resident size near what the program holds (the word aligner
-at 100,000 sentence pairs: docs/results.md, *Peak memory*).
+at 100,000 sentence pairs: docs/results.md, the word aligners against eflomal, *Memory*).
 """
 
 from __future__ import annotations
