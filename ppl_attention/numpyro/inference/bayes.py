@@ -167,6 +167,7 @@ def _fit_conjugate(model, data, spec, mo, key, run, progress) -> dict:
                                chains=mo["chains"], warmup=mo["warmup"], samples=mo["samples"],
                                seed=seed, progress=progress, record_tables=True)
         z = mcmc.get_samples(group_by_chain=True)
+        wa.release(mcmc)  # NumPyro's cache would keep the run's states and the data alive
         run.extra["sample_stats"] = {"lp": np.asarray(z["loglik"])}
         run.config.update(mo)
         return {k: np.asarray(v) for k, v in

@@ -283,19 +283,17 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
     return mcmc
 
 
-def release(mcmc: MCMC, keep_compiled: bool = False) -> None:
+def release(mcmc: MCMC) -> None:
     """Drop a finished ``MCMC``'s states. NumPyro keeps the post-processing functions of its
     last runs in a module-level cache (``numpyro.util.cached_by``, eight entries), each holding
     its ``MCMC`` — and so the run's states and model arguments, here a corpus's link
-    accumulators and its arrays — past our last reference to it. ``keep_compiled``: its
-    compiled sampler stays, for another ``run`` (another chain) of the same ``MCMC``."""
+    accumulators and its arrays — past our last reference to it."""
     for name in ("_states", "_states_flat", "_last_state", "_warmup_state", "_args",
                  "_kwargs"):
         if hasattr(mcmc, name):
             setattr(mcmc, name, None)
-    getattr(mcmc, "_init_state_cache", {}).clear()
-    if not keep_compiled:
-        getattr(mcmc, "_cache", {}).clear()
+    for name in ("_init_state_cache", "_cache"):
+        getattr(mcmc, name, {}).clear()
 
 
 def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
@@ -371,12 +369,12 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               progress: bool = True, init_sweeps: int = 0, release_host: bool = False,
               prior=None, release_compiled: bool = False) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
-    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another by NumPyro's
-    ``MCMC`` (:func:`gibbs_chains`), started (``init_sweeps`` > 0, IBM2 / HMM) from
+    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another
+    (:func:`donated_chains`), started (``init_sweeps`` > 0, IBM2 / HMM) from
     :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are dropped once on
     the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`);
     ``release_compiled``: JAX's in-memory compiled programs are cleared after each stage
-    (IBM1, the HMM start, each chain: one chain's sweep holds a few hundred MB at 100k pairs;
+    (IBM1, the HMM start, the chains: a fertility sweep holds about 0.3 GB at 100k pairs;
     the persistent cache brings them back in a second or two) — for a program that owns the
     process, as ``wordalign`` does, not for a session with compiled functions of its own;
     ``prior``: pseudo-counts from tables trained elsewhere (:func:`device_corpus`), the chains
