@@ -39,7 +39,7 @@ _NAMES = {
     **{n: "pyro.families" for n in ("FAMILIES", "Categorical", "Dirichlet", "Family",
                                     "GaussianContext", "LogNormal", "MarkovCategorical",
                                     "RelaxedCategorical", "SegmentCRF", "SegmentMarginals",
-                                    "Segments", "Soft", "Tree",
+                                    "Segments", "Soft", "SpanMarginals", "Spans", "Tree",
                                     "TreeMarginals", "Weibull", "make_family",
                                     "masked_softmax")},
     **{n: "pyro.scores" for n in ("SCORES", "AdditiveScore", "BiaffineArcScore",

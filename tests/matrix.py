@@ -173,7 +173,7 @@ def every_cell_passed() -> dict:
 def main() -> int:
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:warnings", "-m",
                           "", "--durations=30", "--dist", "load",  # one module: spread its tests
-                          str(ROOT / "tests" / "test_matrix.py")],
+                          str(ROOT / "tests" / "parity" / "test_matrix.py")],
                          capture_output=True, text=True, cwd=ROOT)
     (ROOT / "runs").mkdir(exist_ok=True)
     (ROOT / "runs" / "matrix.log").write_text(res.stdout + res.stderr)

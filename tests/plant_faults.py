@@ -2,9 +2,9 @@
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
 the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
-sites (l1–l7), of attention over segments (g1, g2), of trained tables as a prior (k1–k3), of
-the fertility aligner (f1, f2), of NULL's fixed weight (z1), of small length groups merged
-(z2), of the fertility sweep's Rao–Blackwellized conditionals (z3), run the tests that should
+sites (l1–l7), of attention over segments and spans (g1–g3), of trained tables as a prior
+(k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight (z1), of small length groups
+merged (z2), of the fertility sweep's Rao–Blackwellized conditionals (z3), run the tests that should
 catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
@@ -295,6 +295,10 @@ FAULTS = [
   "    after_selected = ops.stack([single, neg], -1)",
   "    after_selected = ops.stack([single, selected], -1)",
   "tests/structures/test_segment_attention.py"),
+ ("g3", "ppl_attention/structures/span_selection.py",
+  "    per_word = ops.where(upper, read / widths, ops.full_like(read, 0.0))",
+  "    per_word = ops.where(upper, read, ops.full_like(read, 0.0))",
+  "tests/structures/test_span_attention.py"),
  ("l6", "ppl_attention/pyro/inference/elbo.py",
   "            score = _per_pair(_score_function(g), *dims)",
   '            score = _per_pair(g["score_parts"].score_function, *dims)',

@@ -295,15 +295,16 @@ def _importance_row(fam, arrays, L, rng, seed, threshold) -> dict:
 
 
 def _part_rows(arrays):
-    """A segments family's parts as two-way categoricals for :func:`_discrete_rows`: each (token
-    t, position k) is selected or not, with q's exact probability ``q_part_probs`` —
-    ``([B, T·S, 2] probabilities, [B, T·S] truths, [B, T·S] masks)`` per batch."""
+    """A selection family's parts as two-way categoricals for :func:`_discrete_rows`: each (token
+    t, part: a position, or a span) is selected or not, with q's exact probability
+    ``q_part_probs`` — ``([B, T·P, 2] probabilities, [B, T·P] truths, [B, T·P] masks)`` per
+    batch."""
     probs, truths, masks = [], [], []
     for a in arrays:
         p = a["q_part_probs"]
         B = p.shape[0]
         probs.append(np.stack([1 - p, p], -1).reshape(B, -1, 2))
-        truths.append(np.asarray(a["truth"]).round().astype(int).reshape(B, -1))
+        truths.append(np.asarray(a["part_truth"]).round().astype(int).reshape(B, -1))
         masks.append(np.asarray(a["part_mask"]).reshape(B, -1))
     return probs, truths, masks
 
@@ -389,7 +390,7 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     reason = uncalibratable(run)
     if reason:
         raise UserError(f"calibrate: {reason}")
-    if importance is not None and getattr(fam, "segments", False):
+    if importance is not None and getattr(fam, "selects", False):
         raise UserError(f"calibrate --posterior importance: the importance-corrected posterior "
                         f"of the {fam.name} family is not read per part; calibrate its guide "
                         f"(without --posterior importance)")
@@ -419,7 +420,7 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
         elif fam.enumerable:
             pits, cov = _discrete_rows([a["q_probs"] for a in arrays],
                                        [a["truth"] for a in arrays], masks, draws, rng)
-        elif getattr(fam, "segments", False):  # each part selected or not; the joint by log q
+        elif getattr(fam, "selects", False):  # each part selected or not; the joint by log q
             pits, cov = _discrete_rows(*_part_rows(arrays), draws, rng)
             pits = {"per-part selected": pits["per-token z"],
                     "joint log q": _joint_pits(arrays, draws, rng)}
@@ -437,7 +438,7 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
            "seed": seed, "levels": list(LEVELS), "rows": rows, "gold_coverage": None}
     if gold is not None:
         real = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold, array=kind)
-        if getattr(fam, "tree", False) or getattr(fam, "segments", False):
+        if getattr(fam, "tree", False) or getattr(fam, "selects", False):
             real = []  # gold links align target tokens, not tree heads; a selection: its parts
         probs = [ops.calibration_probs(run, b) for b in real]
         gold_sets = [[gold[i] for i in b.index.tolist()] for b in real]

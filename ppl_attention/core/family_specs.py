@@ -19,7 +19,14 @@ Traits:
   ``[..., S, S]`` and the query's word scores come as ``attention=``;
 - ``segments``: the site selects source segments per query (a semi-Markov CRF over the source,
   event ``[..., T, S, max_len, 2, 2]``); its weights are their coverage, several positions per
-  query, and its MAP alignment links a query to every position of its MAP selection.
+  query, and its MAP alignment links a query to every position of its MAP selection;
+- ``spans``: the site reads constituents of a latent binary tree over the source per query (a
+  constituency CRF over the source whose spans are read or not, event ``[..., T, S, S, 2]``);
+  its weights add each read span's average, several positions per query;
+- ``selects``: the site is a selection of parts of the source per query (``segments``,
+  ``spans``): its weights are linear in the selection, its MAP alignment links a query to every
+  position its MAP selection reads, and calibration reads each part (a segment family's
+  positions, a span family's spans) as selected or not.
 
 Tools and models read these attributes (``family.enumerable`` …); nothing checks a family's
 name.
@@ -63,6 +70,8 @@ class FamilySpec:
     latent_context: bool = False
     tree: bool = False
     segments: bool = False
+    spans: bool = False
+    selects: bool = False
     params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
     #: what is known to make training with this family diverge, and what to try (the
     #: divergence message of a run quotes it)
@@ -87,7 +96,7 @@ class FamilySpec:
     def traits(self) -> dict[str, bool]:
         return {k: getattr(self, k) for k in ("enumerable", "deterministic", "reparameterized",
                                               "normalizes", "markov", "latent_context", "tree",
-                                              "segments")}
+                                              "segments", "spans", "selects")}
 
 
 _BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
@@ -142,15 +151,25 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
                params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
     FamilySpec("segment-crf", deterministic=True,
                value="none: a binary CRF's marginals as weights [B, T, S]"),
-    FamilySpec("segments", segments=True, params=_SEGMENTS,
+    FamilySpec("segments", segments=True, selects=True, params=_SEGMENTS,
                value="a selection of source segments (phrases of at most max_len positions) per "
                "query, the event of a semi-Markov CRF [B, T, S, max_len, 2, 2]; the weights its "
                "coverage [B, T, S] (1 on every selected position), the context coverage @ values",
                instability="a sampled selection's score-function gradient has high variance: "
                "lower --lr or --clip, or use its exact marginals (segments-marginals)"),
-    FamilySpec("segment-marginals", deterministic=True, segments=True, params=_SEGMENTS,
+    FamilySpec("segment-marginals", deterministic=True, segments=True, selects=True,
+               params=_SEGMENTS,
                value="none: the exact coverage marginals p(position k selected) [B, T, S] of the "
                "semi-Markov selection as weights"),
+    FamilySpec("spans", spans=True, selects=True,
+               value="constituents of a binary tree over the source, each read or not, per "
+               "query: the event of a constituency CRF [B, T, S, S, 2]; the weights add each "
+               "read span's average [B, T, S], the context weights @ values",
+               instability="a sampled tree's score-function gradient has high variance: lower "
+               "--lr or --clip, or use its exact marginals (span-marginals)"),
+    FamilySpec("span-marginals", deterministic=True, spans=True, selects=True,
+               value="none: the exact marginal weights E[w(z)] [B, T, S] of the constituency "
+               "selection"),
     FamilySpec("tree", tree=True, params=_TREE,
                value="a dependency tree, heads [B, 1, S] (one per sentence, outside the target "
                "plate) or [B, T, S] (one per query); the context reads each word with its "

@@ -144,6 +144,13 @@ METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
                "score function with the exact semi-Markov KL, q(selection | x, y), "
                "segments-marginals baseline",
                "segments", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
+    MethodSpec("spans-marginals", "attention over spans: each query reads the constituents a "
+               "constituency CRF over the source reads, weighted by their exact span marginals "
+               "(inside-outside), maximum likelihood", "span-marginals", "none", "Trace_ELBO"),
+    MethodSpec("spans-sample", "a latent labelled binary tree per query whose read constituents "
+               "it attends to: ELBO by the score function with the exact constituency KL, "
+               "q(tree | x, y), spans-marginals baseline",
+               "spans", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
     MethodSpec("tree-marginals", "syntactic attention: each word read with its parent and "
                "children weighted by exact dependency-tree arc marginals (inside-outside), maximum "
                "likelihood [Structured attention, Kim et al. 2017]",

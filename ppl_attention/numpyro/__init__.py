@@ -19,6 +19,8 @@ from .families import (
     SegmentMarginals,
     Segments,
     Soft,
+    SpanMarginals,
+    Spans,
     Tree,
     TreeMarginals,
     Weibull,
@@ -39,7 +41,8 @@ def __getattr__(name):
 
 __all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl", "scores",
            "Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
-           "LogNormal", "GaussianContext", "Segments", "SegmentMarginals", "Tree", "TreeMarginals",
+           "LogNormal", "GaussianContext", "Segments", "SegmentMarginals", "Spans", "SpanMarginals",
+           "Tree", "TreeMarginals",
            "DependencyTree",
            "LinearChainCRF", "SemiMarkovCRF", "CTC", "TreeCRF",
            "make_family"]

@@ -27,8 +27,9 @@ from ..structures.linear_chain import (
     segment_marginals,
 )
 from ..structures.segment_selection import coverage, selection_potentials
+from ..structures.span_selection import span_parts, span_potentials, span_weights
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
-from .crfs import LinearChainCRF, SemiMarkovCRF
+from .crfs import LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
 from .structured import FLOOR, MonotonicAlignment
@@ -36,7 +37,7 @@ from .trees import DependencyTree, heads_to_arcs
 
 __all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
            "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "Segments",
-           "SegmentMarginals", "Tree",
+           "SegmentMarginals", "Spans", "SpanMarginals", "Tree",
            "TreeMarginals", "FAMILIES",
            "make_family", "masked_softmax"]
 
@@ -73,6 +74,8 @@ class Family:
     latent_context: bool = False
     tree: bool = False
     segments: bool = False
+    spans: bool = False
+    selects: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -463,6 +466,25 @@ class _SegmentAttention(Family):
     def context(self, value, values):
         return coverage(jax_ops, jnp.asarray(value, values.dtype)) @ values
 
+    #: a part is a source position (selected or not): parts ``[..., T, S]``
+    part_dims = 1
+
+    def read_positions(self, weights):
+        """The positions a selection's weights read (its alignment links), bool."""
+        return weights > 0.5
+
+    def part_marginals(self, scores, mask):
+        """q's exact probability that each part is selected, ``[..., T, S]``."""
+        return self.marginal_weights(scores, mask)
+
+    def parts(self, value, dtype):
+        """The parts of a selection ``value`` (0/1), ``[..., T, S]``."""
+        return coverage(jax_ops, jnp.asarray(value, dtype))
+
+    def part_mask(self, mask):
+        """The real parts of a source ``mask [..., S]``: ``[..., S]``."""
+        return mask
+
 
 class Segments(_SegmentAttention):
     """A sampled selection of source segments per query (``segments-sample``)."""
@@ -488,14 +510,95 @@ class SegmentMarginals(_SegmentAttention):
         return None
 
 
+class _SpanAttention(Family):
+    """Attention over spans, as :class:`ppl_attention.pyro.families._SpanAttention`: a
+    :class:`~ppl_attention.numpyro.crfs.TreeCRF` per query over labelled binary trees of the
+    source, each span read or not (:mod:`ppl_attention.structures.span_selection`); weights the
+    sum of the read spans' averages."""
+
+    #: a part is a span [i, j] (read or not): parts ``[..., T, S, S]``
+    part_dims = 2
+
+    def __init__(self):
+        self._configure()
+
+    def constituents(self, scores, mask) -> TreeCRF:
+        """p(z | e) for word ``scores [..., T, S]`` and the source ``mask``."""
+        mask = jnp.broadcast_to(mask, scores.shape)
+        return TreeCRF(span_potentials(jax_ops, scores), source_lengths(mask))
+
+    def deterministic_weights(self, scores, mask, params: Params | None = None):
+        """The exact marginal weights (the sampled family's soft baseline and input feeding;
+        the marginal family's weights)."""
+        if mask is None:
+            mask = jnp.ones(scores.shape, bool)
+        return self.marginal_weights(scores, mask)
+
+    def marginal_weights(self, scores, mask):
+        """E[w(z) | e] ``[..., T, S]`` (0 where masked), from the exact span marginals."""
+        return span_weights(jax_ops, self.constituents(scores, mask).marginals)
+
+    def map_weights(self, scores, mask):
+        """The weights ``[..., T, S]`` of the MAP labelled tree (the max-semiring's argmax)."""
+        return span_weights(jax_ops, self.constituents(scores, mask).argmax())
+
+    def weights(self, value, scores, mask):
+        """The weights ``[..., T, S]`` of labelled trees ``value [..., T, S, S, 2]``."""
+        return span_weights(jax_ops, jnp.asarray(value, scores.dtype))
+
+    def context(self, value, values):
+        return span_weights(jax_ops, jnp.asarray(value, values.dtype)) @ values
+
+    def read_positions(self, weights):
+        """The positions a labelled tree's weights read (its alignment links), bool."""
+        return weights > 0
+
+    def part_marginals(self, scores, mask):
+        """q's exact probability that each span is read, ``[..., T, S, S]``."""
+        return span_parts(self.constituents(scores, mask).marginals)
+
+    def parts(self, value, dtype):
+        """The read-span indicators of labelled trees ``value``, ``[..., T, S, S]``."""
+        return span_parts(jnp.asarray(value, dtype))
+
+    def part_mask(self, mask):
+        """The spans [i, j] (i ≤ j) within a source ``mask [..., S]``: ``[..., S, S]``."""
+        upper = jnp.triu(jnp.ones((mask.shape[-1], mask.shape[-1]), bool))
+        return mask[..., :, None] & mask[..., None, :] & upper
+
+
+class Spans(_SpanAttention):
+    """A sampled labelled tree per query (``spans-sample``)."""
+
+    spec = FAMILY_SPECS["spans"]
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return self.constituents(scores, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return self.constituents(scores, mask)
+
+
+class SpanMarginals(_SpanAttention):
+    """The exact marginal weights as weights (``spans-marginals``)."""
+
+    spec = FAMILY_SPECS["span-marginals"]
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
 def source_lengths(mask):
     """Real source positions of a padding ``mask [..., S]`` (a prefix; checked when concrete)."""
     lengths = mask.sum(-1)
     if not isinstance(mask, jax.core.Tracer):  # checked in NumPy: under jit jnp ops are traced
         m = np.asarray(mask).astype(bool)
         if not np.array_equal(np.arange(m.shape[-1]) < m.sum(-1, keepdims=True), m):
-            raise UserError("a structured family (tree, segments) needs the source mask to be a "
-                            "prefix of each row (padding at the end)")
+            raise UserError("a structured family (tree, segments, spans) needs the source mask "
+                            "to be a prefix of each row (padding at the end)")
     return lengths
 
 
@@ -555,7 +658,8 @@ class TreeMarginals(_TreeAttention):
 
 FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull,
                                       LogNormal, GaussianContext, MarkovCategorical, SegmentCRF,
-                                      Segments, SegmentMarginals, Tree, TreeMarginals)}
+                                      Segments, SegmentMarginals, Spans, SpanMarginals, Tree,
+                                      TreeMarginals)}
 
 
 def make_family(family=None, *, key_dim: int | None = None, **options) -> Family:
@@ -585,6 +689,8 @@ def make_family(family=None, *, key_dim: int | None = None, **options) -> Family
     if not (isinstance(family, type) and issubclass(family, Family)):
         raise UserError(f"unknown family {family!r}; valid: a Family instance or one of "
                         f"{', '.join(FAMILIES)}")
+    if family.spec is not None:  # an unknown option named before anything is built
+        family.spec.validate(**options)
     if key_dim is not None and "key_dim" in inspect.signature(family).parameters:
         options["key_dim"] = key_dim
     return family(**options)

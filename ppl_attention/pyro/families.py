@@ -52,8 +52,9 @@ from ..structures.linear_chain import (
     segment_marginals,
 )
 from ..structures.segment_selection import coverage, selection_potentials
+from ..structures.span_selection import span_parts, span_potentials, span_weights
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
-from .crfs import LinearChainCRF, SemiMarkovCRF
+from .crfs import LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .structured import FLOOR, MonotonicAlignment
 from .trees import DependencyTree, heads_to_arcs
@@ -71,6 +72,8 @@ __all__ = [
     "SegmentCRF",
     "Segments",
     "SegmentMarginals",
+    "Spans",
+    "SpanMarginals",
     "Tree",
     "TreeMarginals",
     "FAMILIES",
@@ -122,6 +125,8 @@ class Family(nn.Module):
     markov: bool = False  # z_t depends on z_{t-1}: sequential sites, not one attend call
     tree: bool = False  # the site is a dependency tree over the source (arc scores, attention=)
     segments: bool = False  # the site selects source segments per query (their coverage)
+    spans: bool = False  # the site reads constituents of a tree over the source per query
+    selects: bool = False  # a selection of parts per query (segments, spans): module docstring
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -582,6 +587,25 @@ class _SegmentAttention(Family):
     def context(self, value, values):
         return coverage(torch_ops, value.to(values.dtype)) @ values
 
+    #: a part is a source position (selected or not): parts ``[..., T, S]``
+    part_dims = 1
+
+    def read_positions(self, weights):
+        """The positions a selection's weights read (its alignment links), bool."""
+        return weights > 0.5
+
+    def part_marginals(self, scores, mask):
+        """q's exact probability that each part is selected, ``[..., T, S]``."""
+        return self.marginal_weights(scores, mask)
+
+    def parts(self, value, dtype):
+        """The parts of a selection ``value`` (0/1), ``[..., T, S]``."""
+        return coverage(torch_ops, value.to(dtype))
+
+    def part_mask(self, mask):
+        """The real parts of a source ``mask [..., S]``: ``[..., S]``."""
+        return mask
+
 
 class Segments(_SegmentAttention):
     """A latent selection of source segments per query (:class:`_SegmentAttention`), sampled:
@@ -611,6 +635,100 @@ class SegmentMarginals(_SegmentAttention):
         return None
 
 
+class _SpanAttention(Family):
+    """Attention over spans (:mod:`ppl_attention.structures.span_selection`): each query t
+    reads constituents of a latent binary tree over the source, each span read or not, with
+
+        p(z_t | e_t) ∝ exp⟨w(z_t), e_t⟩,   w_k(z) = Σ_{read spans [i, j] ∋ k} 1/(j − i + 1),
+
+    e_t the query's word scores — a :class:`~ppl_attention.pyro.crfs.TreeCRF` per query (labels 0
+    not read, 1 read), batch ``[..., T]``, event ``[S, S, 2]``. The weights are w, the context
+    Σ_k w_k v_k = Σ_{read spans} mean(v_i … v_j) (not normalized, as the segment selection).
+    Masked positions (padding at the end of each row) are outside the tree: weight exactly 0.
+    Shared by :class:`Spans` (sampled) and :class:`SpanMarginals` (the exact marginals)."""
+
+    #: a part is a span [i, j] (read or not): parts ``[..., T, S, S]``
+    part_dims = 2
+
+    def __init__(self):
+        super().__init__()
+        self._configure()
+
+    def constituents(self, scores, mask) -> TreeCRF:
+        """p(z | e) for word ``scores [..., T, S]`` and the source ``mask`` (broadcast to the
+        scores; a prefix of each row)."""
+        mask = torch.broadcast_to(mask, scores.shape)
+        return TreeCRF(span_potentials(torch_ops, scores), source_lengths(mask))
+
+    def deterministic_weights(self, scores, mask):
+        """The exact marginal weights (the sampled family's soft baseline and input feeding;
+        the marginal family's weights)."""
+        if mask is None:
+            mask = torch.ones_like(scores, dtype=torch.bool)
+        return self.marginal_weights(scores, mask)
+
+    def marginal_weights(self, scores, mask):
+        """E[w(z) | e] ``[..., T, S]`` (0 where masked), from the exact span marginals."""
+        return span_weights(torch_ops, self.constituents(scores, mask).marginals)
+
+    def map_weights(self, scores, mask):
+        """The weights ``[..., T, S]`` of the MAP labelled tree (the max-semiring's argmax)."""
+        return span_weights(torch_ops, self.constituents(scores, mask).argmax())
+
+    def weights(self, value, scores, mask):
+        """The weights ``[..., T, S]`` of labelled trees ``value [..., T, S, S, 2]``."""
+        return span_weights(torch_ops, value.to(scores.dtype))
+
+    def context(self, value, values):
+        return span_weights(torch_ops, value.to(values.dtype)) @ values
+
+    def read_positions(self, weights):
+        """The positions a labelled tree's weights read (its alignment links), bool."""
+        return weights > 0
+
+    def part_marginals(self, scores, mask):
+        """q's exact probability that each span is read, ``[..., T, S, S]``."""
+        return span_parts(self.constituents(scores, mask).marginals)
+
+    def parts(self, value, dtype):
+        """The read-span indicators of labelled trees ``value``, ``[..., T, S, S]``."""
+        return span_parts(value.to(dtype))
+
+    def part_mask(self, mask):
+        """The spans [i, j] (i ≤ j) within a source ``mask [..., S]``: ``[..., S, S]``."""
+        upper = torch.ones(mask.shape[-1], mask.shape[-1], dtype=torch.bool,
+                           device=mask.device).triu()
+        return mask[..., :, None] & mask[..., None, :] & upper
+
+
+class Spans(_SpanAttention):
+    """A latent labelled tree per query (:class:`_SpanAttention`), sampled: prior p(z | e) from
+    the model's scores, posterior q(z | x, y) from the guide's; trained by the score-function
+    ELBO with the exact constituency KL (method ``spans-sample``)."""
+
+    spec = FAMILY_SPECS["spans"]
+
+    def prior(self, scores, mask, keys, values):
+        return self.constituents(scores, mask)
+
+    def posterior(self, scores, mask, values, scale=None):
+        return self.constituents(scores, mask)
+
+
+class SpanMarginals(_SpanAttention):
+    """Structured attention over spans: no site is sampled; the weights are the exact marginal
+    weights E[w(z) | e] (inside–outside), differentiable end to end (method
+    ``spans-marginals``); the context is the sampled family's expected context."""
+
+    spec = FAMILY_SPECS["span-marginals"]
+
+    def prior(self, scores, mask, keys, values):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
 def source_lengths(mask: torch.Tensor) -> torch.Tensor:
     """The number of real source positions of a padding ``mask [..., S]`` (a prefix of each row;
     checked while Pyro's validation is on), ``[...]``."""
@@ -618,8 +736,8 @@ def source_lengths(mask: torch.Tensor) -> torch.Tensor:
     if mask.device.type != "meta" and pyro.infer.util.is_validation_enabled():
         prefix = torch.arange(mask.shape[-1], device=mask.device) < lengths.unsqueeze(-1)
         if not torch.equal(prefix, mask.bool()):
-            raise UserError("a structured family (tree, segments) needs the source mask to be a "
-                            "prefix of each row (padding at the end)")
+            raise UserError("a structured family (tree, segments, spans) needs the source mask "
+                            "to be a prefix of each row (padding at the end)")
     return lengths
 
 
@@ -703,8 +821,8 @@ class TreeMarginals(_TreeAttention):
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls
     for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull, LogNormal,
-                GaussianContext, MarkovCategorical, SegmentCRF, Segments, SegmentMarginals, Tree,
-                TreeMarginals)
+                GaussianContext, MarkovCategorical, SegmentCRF, Segments, SegmentMarginals, Spans,
+                SpanMarginals, Tree, TreeMarginals)
 }
 
 
@@ -732,6 +850,8 @@ def make_family(family=None, *, key_dim: int | None = None, **options) -> Family
     if not (isinstance(family, type) and issubclass(family, Family)):
         raise UserError(f"unknown family {family!r}; valid: a ppl_attention Family instance or "
                         f"one of {', '.join(FAMILIES)}")
+    if family.spec is not None:  # an unknown option named before anything is built
+        family.spec.validate(**options)
     if key_dim is not None and "key_dim" in inspect.signature(family).parameters:
         options["key_dim"] = key_dim
     return family(**options)

@@ -1,7 +1,7 @@
-"""Attention over segments in every tool, on both backends: a short ``segments-sample`` run on
-the ``phrases`` task; ``align``'s links are every position of each token's MAP selection and
-``evaluate``'s AER and segmentation F1 are those of exactly those links against the task's
-gold; ``diagnose``'s E_q[AER] reads each draw's whole selection."""
+"""Attention over segments (and over spans) in every tool, on both backends: a short
+``segments-sample`` run on the ``phrases`` task; ``align``'s links are every position of each
+token's MAP selection and ``evaluate``'s AER and segmentation F1 are those of exactly those
+links against the task's gold; ``diagnose``'s E_q[AER] reads each draw's whole selection."""
 
 import contextlib
 import io
@@ -41,3 +41,36 @@ def test_align_evaluate_and_diagnose_read_the_selection(tmp_path, backend):
     assert report["segment_f1"] == pytest.approx(seg["segment_f1"], abs=1e-12)
     table = _cli(["diagnose", str(run), "--num-samples", "4"])
     assert "segments-sample" in table
+
+
+@pytest.mark.integration  # a training run and every tool, about 40 s a backend
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_every_tool_reads_the_constituency_selection(tmp_path, backend):
+    """Attention over spans (``spans-sample``): ``align`` links every position a token's MAP
+    tree reads, ``evaluate``'s AER and segmentation F1 are those links', ``diagnose`` reads the
+    draws' read positions, ``calibrate`` reads each span as read or not (finite PITs and
+    coverages), and ``analyze`` writes the weights as ArviZ data."""
+    import arviz as az
+    import numpy as np
+
+    run = tmp_path / "run"
+    _cli(["train", "--task", "phrases", "--n-train", "200", "--method", "spans-sample",
+          "--steps", "30", "--valid-every", "30", "--hidden", "16", "--backend", backend,
+          "--out", str(run)])
+    test = make_task("phrases", n_train=200).test
+    links = [parse_pharaoh_line(line, "align") for line in _cli(["align", str(run)]).splitlines()]
+    assert len(links) == len(test.pairs)
+    report = json.loads(_cli(["evaluate", str(run), "--json"]))
+    assert report["aer"] == pytest.approx(aer(links, test.gold), abs=1e-12)
+    assert report["segment_f1"] == pytest.approx(segment_scores(links, test.gold)["segment_f1"],
+                                                 abs=1e-12)
+    assert "spans-sample" in _cli(["diagnose", str(run), "--num-samples", "4"])
+    _cli(["calibrate", str(run), "--num-sims", "10", "--draws", "9", "--out",
+          str(tmp_path / "cal")])
+    rows = json.loads((tmp_path / "cal" / "calibration.json").read_text())["rows"]
+    assert rows[0]["tests"].keys() == {"per-part selected", "joint log q"}
+    assert all(0 <= v <= 1 for v in rows[0]["coverage"].values())
+    _cli(["analyze", str(run), "--out", str(tmp_path / "an"), "--num-samples", "4"])
+    drawn = az.from_netcdf(str(tmp_path / "an" / "posterior.nc")).posterior["alignment"].values
+    real = drawn[~np.isnan(drawn)]  # NaN on padding; each draw: its tree's weights
+    assert real.size and np.isfinite(real).all() and (real >= 0).all()

@@ -352,14 +352,13 @@ def _tree_reference_grad(model, method, b):
     return _flat(model)
 
 
-def _segments_terms(model, method, b):
-    """For a latent selection of segments per token, by enumerating every selection of each
-    source (≤ 5 positions): per pair the exact E_q[log p(y | z)] — the seq2seq model's
-    emission at t reads z_t alone (its input feeding is deterministic), so the expectation is
-    Σ_t Σ_{z_t} q(z_t) log p(y_t | z_t) — and the exact KL(q ‖ p) of the real tokens."""
+def _selection_terms(model, method, b):
+    """For a latent selection per token (segments, or a labelled constituency tree), by
+    enumerating every selection of each source (≤ 5 positions): per pair the exact
+    E_q[log p(y | z)] — the seq2seq model's emission at t reads z_t alone (its input feeding
+    is deterministic), so the expectation is Σ_t Σ_{z_t} q(z_t) log p(y_t | z_t) — and the
+    exact KL(q ‖ p) of the real tokens."""
     from torch.distributions import kl_divergence
-
-    from ppl_attention.structures.semi_markov import SemiMarkov
 
     m = get_method(method)
     pyro.set_rng_seed(0)
@@ -368,9 +367,11 @@ def _segments_terms(model, method, b):
     p = poutine.trace(poutine.replay(model.model, trace=g)).get_trace(b).nodes["align"]["fn"]
     event = tuple(q.event_shape)
     lengths = b.src_mask.sum(-1).tolist()
+    structure = getattr(q, "base_dist", q).structure_class  # under the target mask
 
     def events(L):
-        return torch.as_tensor(np.array(list(SemiMarkov.all_events(event, L))), dtype=b_dtype)
+        return torch.as_tensor(np.array(list(structure.all_events(event, L))),
+                               dtype=b_dtype)
 
     b_dtype = next(model.parameters()).dtype
     first = {L: events(L)[0] for L in set(lengths)}  # a valid selection of every row
@@ -389,10 +390,10 @@ def _segments_terms(model, method, b):
     return torch.stack(e_q), kl_divergence(q, p).sum()
 
 
-def _segments_reference_grad(model, method, b):
+def _selection_reference_grad(model, method, b):
     """The gradient of the exact −ELBO of a latent selection per token (every one enumerated)."""
     model.zero_grad()
-    e_q, kl = _segments_terms(model, method, b)
+    e_q, kl = _selection_terms(model, method, b)
     (kl - e_q.sum()).backward()
     return _flat(model)
 
@@ -536,8 +537,8 @@ def _check_unbiased(method, backend, n, sigmas):
     ref = ref_draws = None
     if spec.family_spec.tree:  # a latent tree: the gradient of the ELBO over every tree
         ref = _tree_reference_grad(model, method, b)
-    elif spec.family_spec.segments:  # a selection per token: every selection enumerated
-        ref = _segments_reference_grad(model, method, b)
+    elif spec.family_spec.selects:  # a selection per token: every selection enumerated
+        ref = _selection_reference_grad(model, method, b)
     elif spec.family_spec.enumerable:  # REINFORCE: the enumerated objective's gradient
         ref = _reference_grad(model, _enumerated_twin(method), b)
     else:  # pathwise: an independent score-function estimate of the same gradient
@@ -800,6 +801,9 @@ def test_g_padding(method, backend):
             elif spec.family_spec.segments:  # [B, T, S, m, 2, 2]; padded targets: their draw
                 zb[:, :T] = 0
                 zb[:, :T, :S] = z
+            elif spec.family_spec.spans:  # [B, T, S, S, 2]; padded targets: their draw
+                zb[:, :T] = 0
+                zb[:, :T, :S, :S] = z
             elif not z.is_floating_point():  # an index per target (particles on the left)
                 zb[..., :T] = z
             elif zb.shape[-1] != z.shape[-1]:  # a point over the S positions
@@ -832,6 +836,14 @@ def test_g_padding(method, backend):
                 zb[r, :, np.arange(L), 0, 0, 0] = 1.0  # each position its own unselected one
             zb[:B, :T] = 0.0
             zb[:B, :T, :S] = z
+        elif spec.family_spec.spans:  # padded targets and pairs: a right-branching tree, unread
+            lengths = np.asarray(jbig.src_mask).sum(-1)
+            zb = np.zeros((Bb, Tb, Sb, Sb, 2), z.dtype)
+            for r, L in enumerate(lengths):
+                zb[r, :, np.arange(L), np.arange(L), 0] = 1.0  # the leaves
+                zb[r, :, np.arange(L - 1), L - 1, 0] = 1.0  # [i, L − 1]: the right spine
+            zb[:B, :T] = 0.0
+            zb[:B, :T, :S, :S] = z
         elif z.ndim == 2:  # an index per target
             zb = np.zeros((Bb, Tb), z.dtype)
             zb[:B, :T] = z

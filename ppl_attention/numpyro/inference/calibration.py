@@ -149,7 +149,7 @@ def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
         def one(p, b, k, v):
             node, call = _guide_site(model, p, b, m.posterior, k, distort)
             kept = node["value"] if fam.latent_context else call.weights
-            parts = call.family.marginal_weights(call.scores, call.mask) if fam.segments \
+            parts = call.family.part_marginals(call.scores, call.mask) if fam.selects \
                 else jnp.zeros(())
             return (kept, _per_pair(node, node["value"], b.tgt_mask),
                     _per_pair(node, v, b.tgt_mask), parts)
@@ -161,10 +161,13 @@ def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
     kept, logq, logq_truth, parts = fn(params, sim,
                                        jax.random.split(jax.random.fold_in(key, 1), draws), value)
     kept = np.asarray(kept)[:, :B, :T]
-    if fam.segments:  # each part (token t, position k): q's exact p(k selected), as Pyro's
-        out["q_part_probs"] = np.asarray(parts)[0, :B, :T, :S]
-        out["part_mask"] = (np.asarray(sim.tgt_mask)[:B, :T, None]
-                            & np.asarray(sim.src_mask)[:B, None, :S])
+    if fam.selects:  # each part (token t; a position, or a span): q's exact p(part selected)
+        part = (slice(0, B), slice(0, T)) + (slice(0, S),) * fam.part_dims
+        out["q_part_probs"] = np.asarray(parts)[0][part]
+        out["part_truth"] = np.asarray(fam.parts(value, weights.dtype))[part]
+        src = np.asarray(fam.part_mask(sim.src_mask))[(slice(0, B),) + part[2:]]
+        out["part_mask"] = (np.asarray(sim.tgt_mask)[:B, :T].reshape((B, T) + (1,) * fam.part_dims)
+                            & src[:, None])
     out["q_values"] = kept if fam.latent_context else kept[..., :S]
     out["logq_draws"] = np.asarray(logq)[:, :B]
     out["logq_truth"] = np.asarray(logq_truth)[0, :B]

@@ -196,7 +196,7 @@ def _recorded(model, program: str, posterior: str | None, what: str):
                 return call.weights
             if what == "arcs":  # a tree family's arc scores, as given
                 return call.scores
-            if what == "selection":  # a segments family: the MAP selection's coverage
+            if what == "selection":  # a selection family: the MAP selection's coverage
                 return call.family.map_weights(call.scores, call.mask)
             return jnp.where(call.mask, call.scores, -jnp.inf)
         return fn
@@ -206,17 +206,17 @@ def _recorded(model, program: str, posterior: str | None, what: str):
 def map_alignments(run, batch) -> np.ndarray:
     """The alignment of each target token ``[B, T]``, as the Pyro side defines it: argmax of the
     exact posterior where the model has one, of the attention weights for a deterministic
-    family, of q's scores (its mean weights' argmax) otherwise; a segments family's MAP
-    selection ``[B, T, S]`` bool."""
+    family, of q's scores (its mean weights' argmax) otherwise; a selection family's MAP
+    selection (the positions it reads) ``[B, T, S]`` bool."""
     jb = to_jax(batch, None, MULTIPLE)
     model, p = model_and_params(run, jb)
     B, T = batch.tgt_out.shape
-    if model.family.segments:  # the MAP selection, as the Pyro side
+    if model.family.selects:  # the MAP selection, as the Pyro side
         program = "model" if model.family.deterministic else "guide"
         posterior = None if model.family.deterministic else \
             _guide_posterior(run.method, run.model)
         a = _recorded(model, program, posterior, "selection")(p, jb)
-        return np.asarray(a > 0.5)[:B, :T, :batch.src.shape[1]]
+        return np.asarray(model.family.read_positions(a))[:B, :T, :batch.src.shape[1]]
     if "exact-posterior" in capabilities(model):
         a = jitted(model, "exact_posterior",
                    lambda: functools.partial(exact_posterior, model))(p, jb)

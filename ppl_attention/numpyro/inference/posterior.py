@@ -255,7 +255,8 @@ def diagnostic_arrays(run, batch, num_samples: int, seed: int) -> dict:
                     with recording() as calls:
                         handlers.seed(substitute_params(guide, params), k)(b)
                     w = _site_call(calls, site).weights
-                    return w > 0.5 if model.family.segments else jnp.argmax(w, -1)
+                    return model.family.read_positions(w) if model.family.selects \
+                        else jnp.argmax(w, -1)
                 out["draws"] = jax.vmap(one)(jax.random.split(k2, K))
             return out
         return fn

@@ -68,9 +68,10 @@ def calibration_arrays(run, batch, draws: int, seed: int, distort=None,
     by ``seed``; ``distort`` a function of the guide site's distribution: ``sim`` (the batch with
     simulated targets), ``mask [B, T]``; ``truth`` — z* ``[B, T]`` (categorical) or its values
     ``[B, T, …]`` —; ``q_probs [B, T, S]`` of a categorical guide or ``q_values [L, B, T, …]``
-    and ``logq_draws [L, B]``, ``logq_truth [B]`` of a continuous one (a segments family adds
-    ``q_part_probs [B, T, S]``, q's exact probability that each position is selected, and
-    ``part_mask [B, T, S]``); ``exact_probs`` where the model has an exact posterior."""
+    and ``logq_draws [L, B]``, ``logq_truth [B]`` of a continuous one (a selection family adds
+    ``q_part_probs [B, T, P…]``, q's exact probability that each part — a position ``[S]``, a span
+    ``[S, S]`` — is selected, ``part_truth`` the simulated selection's parts and ``part_mask``
+    the real ones); ``exact_probs`` where the model has an exact posterior."""
     model = run.model
     site = declared(model, "site")
     m = get_method(run.method)
@@ -124,9 +125,13 @@ def _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort) 
     out["q_values"] = torch.stack(values).cpu().numpy()
     out["logq_draws"] = torch.stack(logq).cpu().numpy()
     out["logq_truth"] = _per_pair_log_prob(node["fn"], value, sim.tgt_mask).cpu().numpy()
-    if fam.segments:  # each part (token t, position k): q's exact p(k selected)
-        out["q_part_probs"] = call.family.marginal_weights(call.scores, call.mask).cpu().numpy()
-        out["part_mask"] = (sim.tgt_mask[:, :, None] & sim.src_mask[:, None, :]).cpu().numpy()
+    if fam.selects:  # each part (token t; a position, or a span): q's exact p(part selected)
+        f = call.family
+        out["q_part_probs"] = f.part_marginals(call.scores, call.mask).cpu().numpy()
+        out["part_truth"] = f.parts(value, call.scores.dtype).cpu().numpy()
+        src = f.part_mask(sim.src_mask)
+        out["part_mask"] = (sim.tgt_mask.reshape(sim.tgt_mask.shape + (1,) * f.part_dims)
+                            & src.unsqueeze(1)).cpu().numpy()
     return out
 
 

@@ -174,22 +174,22 @@ def map_alignments(run: Run, batch) -> torch.Tensor:
     family; for continuous families the argmax of the guide's scores, which is the argmax of
     q's mean weights (Dirichlet, Weibull, LogNormal: the mean is monotone in the scores;
     Gaussian context: its soft weights) and the most probable vertex of the Concrete.
-    A segments family (``family.segments``): every position of the MAP selection, ``[B, T, S]``
-    bool — q's for a sampled one, the model's for the exact marginals.
+    A selection family (``family.selects``: segments, spans): every position the MAP selection
+    reads, ``[B, T, S]`` bool — q's for a sampled one, the model's for the exact marginals.
     Deterministic, so both backends agree."""
     model = run.model
     batch = batch.to(model_device(model))
     if "exact-posterior" in capabilities(model):
         return exact_posterior(model, batch).argmax(-1)
     site = declared(model, "site")
-    if model.family.segments:  # the MAP selection: q's, or the model's for the marginals
+    if model.family.selects:  # the MAP selection: q's, or the model's for the marginals
         with recording() as calls, poutine.block():
             if model.family.deterministic:
                 model.model(batch)
             else:
                 model.guide(batch, posterior=guide_posterior(run))
         call = _site_call(calls, site)
-        return model.family.map_weights(call.scores, call.mask) > 0.5
+        return model.family.read_positions(model.family.map_weights(call.scores, call.mask))
     if model.family.deterministic or model.family.tree:  # a tree: the query's word attention
         with recording() as calls, poutine.block():
             model.model(batch)

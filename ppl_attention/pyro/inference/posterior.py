@@ -171,7 +171,7 @@ def diagnostic_arrays(run, b, num_samples: int, seed: int) -> dict:
     """What :func:`ppl_attention.analysis.diagnostics.guide_diagnostics` reads of one batch,
     under Pyro, its random streams seeded by ``seed``: ``lw`` log importance weights [K, B];
     where the model has an exact posterior ``exact_ll`` [B, T], ``log_q`` [B, T, S] and
-    ``p_exact`` [B, T, S]; ``draws`` [K, B, T] (a segments family: [K, B, T, S], every selected
+    ``p_exact`` [B, T, S]; ``draws`` [K, B, T] (a selection family: [K, B, T, S], every selected
     position) (q's draws as source positions: a continuous
     family's largest weight); ``trees`` [K, B, S] (a tree family's guide draws)."""
     model = run.model
@@ -212,6 +212,7 @@ def diagnostic_arrays(run, b, num_samples: int, seed: int) -> dict:
             with recording() as calls, poutine.block():
                 model.guide(b, posterior=post)
             w = next(c for c in calls if c.name == site).weights
-            ws.append(w > 0.5 if model.family.segments else w.argmax(-1))  # a selection: all
+            # a selection: every position it reads
+            ws.append(model.family.read_positions(w) if model.family.selects else w.argmax(-1))
         out["draws"] = torch.stack(ws).cpu().numpy()
     return out
