@@ -4,8 +4,8 @@ chain (m1–m5), of device correctness (dev1, dev2), of a user's model never fai
 the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
 sites (l1–l7), of attention over segments and spans (g1–g3), of trained tables as a prior
 (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight (z1), of small length groups
-merged (z2), of the fertility sweep's Rao–Blackwellized conditionals (z3), run the tests that should
-catch it, report, and restore the file:
+merged (z2) and sharing a class (z4), of the fertility sweep's Rao–Blackwellized conditionals
+(z3), run the tests that should catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -286,6 +286,9 @@ FAULTS = [
   "    groups = _merge_small_groups(groups, batch // 4 if merge_below is None else merge_below,\n",
   "    groups = _merge_small_groups(groups, 0,\n",
   "tests/numpyro/test_aligners.py"),
+ ("z4", "ppl_attention/data/indexed.py",
+  "    if own:\n", "    if False:\n",
+  "tests/numpyro/test_aligners.py::test_small_groups_prefer_a_host_with_room_and_gamma_slots_are_checked"),
  # attention over segments (tests/structures/test_segment_attention.py)
  ("g1", "ppl_attention/structures/segment_selection.py",
   "        for d in range(min(j + 1, L)):",

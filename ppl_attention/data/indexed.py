@@ -11,7 +11,8 @@ into *shape classes* of stacked batches ``[n_batches, batch, S1, T]``, so a swee
 corpus is one compiled program: one scan per shape class. Each class costs its scan's
 compilation (about a second per program on a CPU) whatever its size, so a group of fewer than
 ``merge_below`` pairs (a quarter batch by default) joins the smallest larger class whose shape
-holds it — a few pairs padded further instead of one more compiled scan in every program.
+holds it — a few pairs padded further instead of one more compiled scan in every program — and
+the small groups no class holds share one.
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ def _keys(s, sm, y, ym, n_tgt):
 def _merge_small_groups(groups: list, merge_below: int, batch: int) -> list:
     """(S1, T, rows) groups with the groups of fewer than ``merge_below`` rows moved into a
     group of at least ``merge_below`` rows whose S1 and T are both as large: the smallest (S1·T)
-    one whose last batch has room for them, else the smallest one (one more batch of it); a
-    small group with no such host keeps its own class."""
+    one whose last batch has room for them, else the smallest one (one more batch of it). The
+    small groups no such host holds (every group of a small text; the longest or most lopsided
+    pairs of a large one) share one class, of their largest S1 and T."""
     hosts = {(s1, t): [rows] for s1, t, rows in groups if len(rows) >= merge_below}
     own = []
     for s1, t, rows in groups:
@@ -113,6 +115,9 @@ def _merge_small_groups(groups: list, merge_below: int, batch: int) -> list:
         else:
             own.append((s1, t, rows))
     merged = [(s1, t, np.concatenate(parts)) for (s1, t), parts in hosts.items()]
+    if own:
+        own = [(max(g[0] for g in own), max(g[1] for g in own),
+                np.concatenate([g[2] for g in own]))]
     return sorted(merged + own, key=lambda g: (g[0], g[1]))
 
 

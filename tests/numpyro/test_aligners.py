@@ -223,6 +223,8 @@ def test_small_groups_join_a_larger_class():
     merged, _, _ = index_pairs(pairs, batch=8, multiple=4, merge_below=3)
     apart, _, _ = index_pairs(pairs, batch=8, multiple=4, merge_below=0)
     assert len(merged.classes) == 1 < len(apart.classes)
+    shared, _, _ = index_pairs(pairs, batch=8, multiple=4, merge_below=5)  # no group a host
+    assert len(shared.classes) == 1
     spec = al.aligner("hmm", max_jump=2)
 
     def per_pair(corpus):
@@ -236,10 +238,11 @@ def test_small_groups_join_a_larger_class():
                     out[int(k)] = m[n, b, :1 + corpus.src_len[k], :corpus.tgt_len[k]]
         return out
 
-    got, want = per_pair(merged), per_pair(apart)
-    assert sorted(got) == list(range(len(pairs)))
-    for k in want:
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    want = per_pair(apart)
+    for got in (per_pair(merged), per_pair(shared)):
+        assert sorted(got) == list(range(len(pairs)))
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
 def test_small_groups_prefer_a_host_with_room_and_gamma_slots_are_checked():
@@ -256,6 +259,9 @@ def test_small_groups_prefer_a_host_with_room_and_gamma_slots_are_checked():
     merged = {(s1, t): len(r) for s1, t, r in
               _merge_small_groups([full, roomy, (8, 8, np.arange(14, 17))], 4, 4)}
     assert merged == {(16, 16): 11, (24, 24): 6}  # no host has room: the smallest
+    lopsided = [(8, 24, np.arange(3)), (24, 8, np.arange(3, 5)), (8, 8, np.arange(5, 6))]
+    merged = {(s1, t): len(r) for s1, t, r in _merge_small_groups(lopsided, 4, 4)}
+    assert merged == {(24, 24): 6}  # no host at all: the small groups share one class
     for bad in (0, -1, 2.5):
         with pytest.raises(UserError, match="capacity must be an int ≥ 1"):
             al.log_gamma_draws(jax.random.PRNGKey(0), jnp.ones(3), bad)
