@@ -27,7 +27,12 @@ from ..structures.linear_chain import (
     segment_marginals,
 )
 from ..structures.segment_selection import coverage, selection_potentials
-from ..structures.span_selection import span_parts, span_potentials, span_weights
+from ..structures.span_selection import (
+    span_part_mask,
+    span_parts,
+    span_potentials,
+    span_weights,
+)
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .crfs import LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
@@ -563,8 +568,7 @@ class _SpanAttention(Family):
 
     def part_mask(self, mask):
         """The spans [i, j] (i ≤ j) within a source ``mask [..., S]``: ``[..., S, S]``."""
-        upper = jnp.triu(jnp.ones((mask.shape[-1], mask.shape[-1]), bool))
-        return mask[..., :, None] & mask[..., None, :] & upper
+        return span_part_mask(jax_ops, mask)
 
 
 class Spans(_SpanAttention):

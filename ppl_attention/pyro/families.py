@@ -52,7 +52,12 @@ from ..structures.linear_chain import (
     segment_marginals,
 )
 from ..structures.segment_selection import coverage, selection_potentials
-from ..structures.span_selection import span_parts, span_potentials, span_weights
+from ..structures.span_selection import (
+    span_part_mask,
+    span_parts,
+    span_potentials,
+    span_weights,
+)
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
 from .crfs import LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
@@ -696,9 +701,7 @@ class _SpanAttention(Family):
 
     def part_mask(self, mask):
         """The spans [i, j] (i ≤ j) within a source ``mask [..., S]``: ``[..., S, S]``."""
-        upper = torch.ones(mask.shape[-1], mask.shape[-1], dtype=torch.bool,
-                           device=mask.device).triu()
-        return mask[..., :, None] & mask[..., None, :] & upper
+        return span_part_mask(torch_ops, mask)
 
 
 class Spans(_SpanAttention):

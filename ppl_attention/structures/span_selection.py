@@ -28,7 +28,7 @@ bracketing is latent too: p(span [i, j] read) sums over every tree containing it
 
 from __future__ import annotations
 
-__all__ = ["span_potentials", "span_weights", "span_parts", "LABELS"]
+__all__ = ["span_potentials", "span_weights", "span_parts", "span_part_mask", "LABELS"]
 
 #: the labels of a span: 0 not read, 1 read
 LABELS = 2
@@ -60,6 +60,14 @@ def span_parts(events):
     probability that each span is read, for marginals): the parts a selection is calibrated
     on."""
     return events[..., 1]
+
+
+def span_part_mask(ops, mask):
+    """The spans [i, j] (i ≤ j) within a source ``mask [..., L]`` (a prefix of each row):
+    ``[..., L, L]`` bool, the parts of :func:`span_parts` that exist."""
+    L = mask.shape[-1]
+    upper = ops.arange(L, mask)[None, :] >= ops.arange(L, mask)[:, None]
+    return mask[..., :, None] & mask[..., None, :] & upper
 
 
 def span_weights(ops, events):
