@@ -659,7 +659,7 @@ class _SpanAttention(Family):
         super().__init__()
         self._configure()
 
-    def constituents(self, scores, mask) -> TreeCRF:
+    def selection(self, scores, mask) -> TreeCRF:
         """p(z | e) for word ``scores [..., T, S]`` and the source ``mask`` (broadcast to the
         scores; a prefix of each row)."""
         mask = torch.broadcast_to(mask, scores.shape)
@@ -674,11 +674,11 @@ class _SpanAttention(Family):
 
     def marginal_weights(self, scores, mask):
         """E[w(z) | e] ``[..., T, S]`` (0 where masked), from the exact span marginals."""
-        return span_weights(torch_ops, self.constituents(scores, mask).marginals)
+        return span_weights(torch_ops, self.selection(scores, mask).marginals)
 
     def map_weights(self, scores, mask):
         """The weights ``[..., T, S]`` of the MAP labelled tree (the max-semiring's argmax)."""
-        return span_weights(torch_ops, self.constituents(scores, mask).argmax())
+        return span_weights(torch_ops, self.selection(scores, mask).argmax())
 
     def weights(self, value, scores, mask):
         """The weights ``[..., T, S]`` of labelled trees ``value [..., T, S, S, 2]``."""
@@ -693,7 +693,7 @@ class _SpanAttention(Family):
 
     def part_marginals(self, scores, mask):
         """q's exact probability that each span is read, ``[..., T, S, S]``."""
-        return span_parts(self.constituents(scores, mask).marginals)
+        return span_parts(self.selection(scores, mask).marginals)
 
     def parts(self, value, dtype):
         """The read-span indicators of labelled trees ``value``, ``[..., T, S, S]``."""
@@ -712,10 +712,10 @@ class Spans(_SpanAttention):
     spec = FAMILY_SPECS["spans"]
 
     def prior(self, scores, mask, keys, values):
-        return self.constituents(scores, mask)
+        return self.selection(scores, mask)
 
     def posterior(self, scores, mask, values, scale=None):
-        return self.constituents(scores, mask)
+        return self.selection(scores, mask)
 
 
 class SpanMarginals(_SpanAttention):

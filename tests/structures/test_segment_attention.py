@@ -32,6 +32,7 @@ import pytest
 import torch
 from on_backends import BACKENDS, DRAWS, arr, conv
 from scipy import stats
+from selection_checks import check_marginal_context, check_padding, check_pyro_equals_numpyro
 
 import ppl_attention as pa
 import ppl_attention.numpyro as pn
@@ -111,68 +112,24 @@ def test_draws_are_exact(backend, k):
     assert stats.chisquare(counts, expected).pvalue > 1e-3
 
 
+def segments(max_len):
+    def make(backend, sampled):
+        return family(backend, "Segments" if sampled else "SegmentMarginals", max_len=max_len)
+    return make
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_marginal_context_is_the_expected_sampled_context(backend):
-    rng = np.random.default_rng(0)
-    S, dv = 5, 3
-    e = rng.normal(size=(2, 3, S))
-    values = rng.normal(size=(2, S, dv))
-    mask = conv(backend, _mask([5, 3], S)[:, None, :].repeat(3, 1))
-    scores = conv(backend, e)
-    sampled, marg = family(backend, "Segments"), family(backend, "SegmentMarginals")
-    sel = sampled.selection(scores, mask)
-    pats_mu = arr(marg.deterministic_weights(scores, mask))
-    np.testing.assert_allclose(arr(sampled.weights(sel.marginals, scores, mask)), pats_mu,
-                               atol=1e-12)
-    np.testing.assert_allclose(arr(sampled.context(sel.marginals, conv(backend, values))),
-                               pats_mu @ values, atol=1e-12)
+    check_marginal_context(backend, segments(3))
 
 
 def test_pyro_equals_numpyro_float32():
-    rng = np.random.default_rng(3)
-    S = 6
-    e = rng.normal(size=(2, 4, S)).astype(np.float32)
-    q = rng.normal(size=(2, 4, S)).astype(np.float32)
-    m = _mask([6, 4], S)[:, None, :].repeat(4, 1)
-    out = {}
-    for backend in BACKENDS:
-        fam = family(backend, "Segments", max_len=3)
-        marg = family(backend, "SegmentMarginals", max_len=3)
-        scores, qs = conv(backend, e), conv(backend, q)
-        mask = conv(backend, m)
-        p_sel, q_sel = fam.prior(scores, mask, None, None), fam.posterior(qs, mask, None)
-        event = q_sel.argmax()
-        out[backend] = dict(w=arr(marg.deterministic_weights(scores, mask)),
-                            best=arr(fam.map_weights(scores, mask)),
-                            logp=arr(p_sel.log_prob(event)),
-                            kl=arr(q_sel.kl_divergence(p_sel)))
-    for key in out["pyro"]:
-        np.testing.assert_allclose(out["pyro"][key], out["numpyro"][key], rtol=1e-5, atol=1e-5,
-                                   err_msg=key)
+    check_pyro_equals_numpyro(segments(3))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_padding_gets_zero_weight_and_changes_nothing(backend):
-    rng = np.random.default_rng(4)
-    e = rng.normal(size=(2, 3, 4))
-    wider = np.concatenate([e, rng.normal(size=(2, 3, 3)) * 5], -1)
-    m4 = _mask([4, 2], 4)[:, None, :].repeat(3, 1)
-    m7 = _mask([4, 2], 7)[:, None, :].repeat(3, 1)
-    marg = family(backend, "SegmentMarginals", max_len=2)
-    sampled = family(backend, "Segments", max_len=2)
-    w4 = arr(marg.deterministic_weights(conv(backend, e), conv(backend, m4)))
-    w7 = arr(marg.deterministic_weights(conv(backend, wider), conv(backend, m7)))
-    assert (w7[~m7] == 0).all() and (w4[~m4] == 0).all()
-    np.testing.assert_allclose(w7[..., :4], w4, atol=1e-12)
-    sel = sampled.selection(conv(backend, wider), conv(backend, m7))
-    if backend == "pyro":
-        z = sel.sample((50,))
-    else:
-        z = sel.sample(jax.random.PRNGKey(0), (50,))
-    drawn = arr(sampled.weights(z, conv(backend, wider), None))
-    assert (drawn[:, ~m7] == 0).all()
-    best = arr(sampled.map_weights(conv(backend, wider), conv(backend, m7)))
-    assert (best[~m7] == 0).all()
+    check_padding(backend, segments(2))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -30,6 +30,7 @@ import pytest
 import torch
 from on_backends import BACKENDS, DRAWS, arr, conv
 from scipy import stats
+from selection_checks import check_marginal_context, check_padding, check_pyro_equals_numpyro
 
 import ppl_attention as pa
 import ppl_attention.numpyro as pn
@@ -99,7 +100,7 @@ def test_selection_equals_brute_force(backend):
     e = rng.normal(size=(len(lengths), S)) * 1.5
     scores, mask = conv(backend, e), conv(backend, _mask(lengths, S))
     fam = family(backend, "SpanMarginals")
-    tree = fam.constituents(scores, mask)
+    tree = fam.selection(scores, mask)
     weights = arr(fam.deterministic_weights(scores, mask))
     parts = arr(fam.part_marginals(scores, mask))
     best = arr(fam.map_weights(scores, mask))
@@ -121,7 +122,7 @@ def test_draws_are_exact(backend, k):
     e = np.array([[0.4, -0.3, 0.8]])
     fam = family(backend, "Spans")
     scores, mask = conv(backend, e), conv(backend, _mask([3], 3))
-    tree = fam.constituents(scores, mask)
+    tree = fam.selection(scores, mask)
     if backend == "pyro":
         torch.manual_seed(1)
         z = tree.sample((k,))
@@ -139,65 +140,22 @@ def test_draws_are_exact(backend, k):
                                [weights_of(*tree_key(ev), 3) for ev in z[:5]], atol=1e-12)
 
 
+def spans(backend, sampled):
+    return family(backend, "Spans" if sampled else "SpanMarginals")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_marginal_context_is_the_expected_sampled_context(backend):
-    rng = np.random.default_rng(1)
-    S, dv = 5, 3
-    e = rng.normal(size=(2, 3, S))
-    values = rng.normal(size=(2, S, dv))
-    mask = conv(backend, _mask([5, 3], S)[:, None, :].repeat(3, 1))
-    scores = conv(backend, e)
-    sampled, marg = family(backend, "Spans"), family(backend, "SpanMarginals")
-    tree = sampled.constituents(scores, mask)
-    mu = arr(marg.deterministic_weights(scores, mask))
-    np.testing.assert_allclose(arr(sampled.weights(tree.marginals, scores, mask)), mu,
-                               atol=1e-12)
-    np.testing.assert_allclose(arr(sampled.context(tree.marginals, conv(backend, values))),
-                               mu @ values, atol=1e-12)
+    check_marginal_context(backend, spans, seed=1)
 
 
 def test_pyro_equals_numpyro_float32():
-    rng = np.random.default_rng(3)
-    S = 6
-    e = rng.normal(size=(2, 4, S)).astype(np.float32)
-    q = rng.normal(size=(2, 4, S)).astype(np.float32)
-    m = _mask([6, 4], S)[:, None, :].repeat(4, 1)
-    out = {}
-    for backend in BACKENDS:
-        fam, marg = family(backend, "Spans"), family(backend, "SpanMarginals")
-        scores, qs = conv(backend, e), conv(backend, q)
-        mask = conv(backend, m)
-        p_tree, q_tree = fam.prior(scores, mask, None, None), fam.posterior(qs, mask, None)
-        event = q_tree.argmax()
-        out[backend] = dict(w=arr(marg.deterministic_weights(scores, mask)),
-                            best=arr(fam.map_weights(scores, mask)),
-                            parts=arr(fam.part_marginals(scores, mask)),
-                            logp=arr(p_tree.log_prob(event)),
-                            kl=arr(q_tree.kl_divergence(p_tree)))
-    for key in out["pyro"]:
-        np.testing.assert_allclose(out["pyro"][key], out["numpyro"][key], rtol=1e-5, atol=1e-5,
-                                   err_msg=key)
+    check_pyro_equals_numpyro(spans)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_padding_gets_zero_weight_and_changes_nothing(backend):
-    rng = np.random.default_rng(4)
-    e = rng.normal(size=(2, 3, 4))
-    wider = np.concatenate([e, rng.normal(size=(2, 3, 3)) * 5], -1)
-    m4 = _mask([4, 2], 4)[:, None, :].repeat(3, 1)
-    m7 = _mask([4, 2], 7)[:, None, :].repeat(3, 1)
-    marg, sampled = family(backend, "SpanMarginals"), family(backend, "Spans")
-    w4 = arr(marg.deterministic_weights(conv(backend, e), conv(backend, m4)))
-    w7 = arr(marg.deterministic_weights(conv(backend, wider), conv(backend, m7)))
-    assert (w7[~m7] == 0).all() and (w4[~m4] == 0).all()
-    np.testing.assert_allclose(w7[..., :4], w4, atol=1e-12)
-    tree = sampled.constituents(conv(backend, wider), conv(backend, m7))
-    z = tree.sample((50,)) if backend == "pyro" else tree.sample(jax.random.PRNGKey(0), (50,))
-    drawn = arr(sampled.weights(z, conv(backend, wider), None))
-    assert (drawn[:, ~m7] == 0).all()
-    best = arr(sampled.map_weights(conv(backend, wider), conv(backend, m7)))
-    assert (best[~m7] == 0).all()
-    assert (arr(sampled.read_positions(conv(backend, best))) == (best > 0)).all()
+    check_padding(backend, spans)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -237,6 +195,6 @@ def test_bad_input_refused(backend):
     fam = family(backend, "Spans")
     holey = conv(backend, np.array([[True, False, True]]))
     with pytest.raises(UserError, match="prefix"):
-        fam.constituents(conv(backend, np.zeros((1, 3))), holey)
+        fam.selection(conv(backend, np.zeros((1, 3))), holey)
     with pytest.raises(UserError, match="no parameter"):
         (pa if backend == "pyro" else pn).make_family("spans", max_len=3)
