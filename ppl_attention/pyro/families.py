@@ -51,8 +51,9 @@ from ..structures.linear_chain import (
     segment_log_partition,
     segment_marginals,
 )
-from ..structures.segment_selection import coverage, selection_potentials
+from ..structures.segment_selection import coverage, selected_positions, selection_potentials
 from ..structures.span_selection import (
+    read_positions,
     span_part_mask,
     span_parts,
     span_potentials,
@@ -597,7 +598,7 @@ class _SegmentAttention(Family):
 
     def read_positions(self, weights):
         """The positions a selection's weights read (its alignment links), bool."""
-        return weights > 0.5
+        return selected_positions(weights)
 
     def part_marginals(self, scores, mask):
         """q's exact probability that each part is selected, ``[..., T, S]``."""
@@ -689,7 +690,7 @@ class _SpanAttention(Family):
 
     def read_positions(self, weights):
         """The positions a labelled tree's weights read (its alignment links), bool."""
-        return weights > 0
+        return read_positions(weights)
 
     def part_marginals(self, scores, mask):
         """q's exact probability that each span is read, ``[..., T, S, S]``."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..core.errors import UserError
 
-__all__ = ["selection_potentials", "coverage", "LABELS"]
+__all__ = ["selection_potentials", "coverage", "selected_positions", "LABELS"]
 
 #: the labels of a selection's segments: 0 unselected (length 1), 1 selected
 LABELS = 2
@@ -68,3 +68,9 @@ def coverage(ops, events):
         for d in range(min(j + 1, L)):
             total = total + ops.pad_last(ends[..., d:], -1, 0, d, 0.0)
     return total
+
+
+def selected_positions(weights):
+    """The positions a selection's coverage ``weights [..., L]`` (0/1, or their marginals) reads:
+    bool, c_k > 1/2 (a coverage's exact 0/1; the more probable side of a marginal)."""
+    return weights > 0.5

@@ -28,7 +28,8 @@ bracketing is latent too: p(span [i, j] read) sums over every tree containing it
 
 from __future__ import annotations
 
-__all__ = ["span_potentials", "span_weights", "span_parts", "span_part_mask", "LABELS"]
+__all__ = ["span_potentials", "span_weights", "span_parts", "span_part_mask", "read_positions",
+           "LABELS"]
 
 #: the labels of a span: 0 not read, 1 read
 LABELS = 2
@@ -81,3 +82,9 @@ def span_weights(ops, events):
     starts_before = ops.cast_like(ops.arange(L, read)[:, None] <= k, read)  # [i, k]: i ≤ k
     ends_after = ops.cast_like(ops.arange(L, read)[:, None] >= k, read)  # [j, k]: j ≥ k
     return ops.einsum("...ij,ik,jk->...k", per_word, starts_before, ends_after)
+
+
+def read_positions(weights):
+    """The positions a labelled tree's weights ``[..., L]`` read: bool, w_k > 0 (every position
+    some read span covers; an uncovered position's weight is exactly 0)."""
+    return weights > 0

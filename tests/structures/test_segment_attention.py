@@ -83,11 +83,13 @@ def test_selection_equals_brute_force(backend, max_len):
     sel = fam.selection(scores, mask)
     weights = arr(fam.deterministic_weights(scores, mask))
     best = arr(fam.map_weights(scores, mask))
+    reads = arr(fam.read_positions(fam.map_weights(scores, mask)))
     for b, L in enumerate(lengths):
         log_z, mu, top, _ = brute(e[b], L, max_len)
         np.testing.assert_allclose(arr(sel.log_partition)[b], log_z, rtol=1e-10)
         np.testing.assert_allclose(weights[b], mu, atol=1e-10)
         np.testing.assert_array_equal(best[b], top)
+        np.testing.assert_array_equal(reads[b], top == 1)  # the MAP pattern's positions
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

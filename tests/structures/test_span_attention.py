@@ -104,6 +104,7 @@ def test_selection_equals_brute_force(backend):
     weights = arr(fam.deterministic_weights(scores, mask))
     parts = arr(fam.part_marginals(scores, mask))
     best = arr(fam.map_weights(scores, mask))
+    reads = arr(fam.read_positions(fam.map_weights(scores, mask)))
     part_mask = arr(fam.part_mask(mask))
     for b, L in enumerate(lengths):
         log_z, mu, read, top, _ = brute(e[b], L)
@@ -111,6 +112,7 @@ def test_selection_equals_brute_force(backend):
         np.testing.assert_allclose(weights[b], mu, atol=1e-10)
         np.testing.assert_allclose(parts[b], read, atol=1e-10)
         np.testing.assert_allclose(best[b], top, atol=1e-12)
+        np.testing.assert_array_equal(reads[b], top > 0)  # the MAP tree's covered positions
         np.testing.assert_array_equal(part_mask[b], np.triu(np.ones((S, S), bool))
                                       & _mask([L], S)[0][:, None] & _mask([L], S)[0][None, :])
 
