@@ -1,13 +1,15 @@
 """The structure library against the peers a user would otherwise pick: each structure's log Z
 forward + backward (the marginals) and drawing one exact sample per row, batch 16, float32, on
 PyTorch (ours under ``pyro`` against torch-struct 0.5, ``pip install torch-struct``, optional) and
-on JAX (ours under ``numpyro``, jitted, compile time apart; SynJax where installed). Each cell
-runs in its own process, so its peak resident memory is its own (reported above an idle process
-that imported the same libraries); time is the median of ``--reps`` calls after one warm-up.
-Ratios are ours over the peer's, in the same run. Before timing, each peer's log Z is checked
-equal to ours on potentials converted between the two conventions.
+on JAX (ours under ``numpyro``, jitted, compile time apart; SynJax, installed from its
+repository — ``pip install git+https://github.com/google-deepmind/synjax`` —, optional, in the
+same conventions as ours, its log Z checked equal first). Each cell runs in its own process, so
+its peak resident memory is its own (reported above an idle process that imported the same
+libraries); time is the median of ``--reps`` calls after one warm-up (fewer, at least 3, where
+they pass 30 s). Ratios are ours over the peer's, in the same run. Before timing, each peer's
+log Z is checked equal to ours on potentials converted between the two conventions.
 
-    python benchmarks/structures.py --reps 5
+    python benchmarks/structures.py --reps 20
 
 Structures measured: ``chain`` (``LinearChainCRF``, n = 128, t = 32; torch-struct's log Z
 checked equal to ours first), ``semi-markov`` (``SemiMarkovCRF``, n = 64, m = 8, t = 8;
@@ -61,6 +63,8 @@ def _data(structure: str, batch: int):
 
 def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
     theta_np, labels_np = _data(structure, batch)
+    if impl == "synjax":
+        return _synjax_cell(structure, theta_np, labels_np, reps, what)
     if impl in ("numpyro", "jax-peer"):
         import jax
         import jax.numpy as jnp
@@ -151,15 +155,56 @@ def _cell(impl: str, structure: str, batch: int, reps: int, what: str) -> dict:
                     d.partition.sum().backward()
                 else:
                     d.sample((1,))
+    return _timed(call, reps)
+
+
+#: a cell stops timing after this many seconds of calls (at least 3 calls), below ``--reps``
+#: calls where one call takes seconds (torch-struct's samplers)
+CELL_SECONDS = 30.0
+
+
+def _timed(call, reps: int) -> dict:
     t0 = time.perf_counter()
     call()  # warm-up (JAX: compilation)
     first = time.perf_counter() - t0
     times = []
-    for _ in range(reps):
+    while len(times) < reps and (len(times) < 3 or sum(times) < CELL_SECONDS):
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    return {"ms": 1000 * statistics.median(times), "first_s": first}
+    return {"ms": 1000 * statistics.median(times), "first_s": first, "calls": len(times)}
+
+
+def _synjax_cell(structure: str, theta_np, labels_np, reps: int, what: str) -> dict:
+    """SynJax's structure on the same potentials (ours are in its conventions), jitted; its
+    log Z checked equal to ours first (float32, relative 1e-4)."""
+    import jax
+    import jax.numpy as jnp
+    import synjax
+
+    from ppl_attention.numpyro import crfs
+
+    theta = jnp.asarray(theta_np)
+    if structure == "ctc":
+        labels = jnp.asarray(labels_np, jnp.int32)
+        make = lambda th: synjax.CTC(th, labels)  # noqa: E731
+        mine = crfs.CTC(theta, labels).log_partition
+    else:
+        cls = {"chain": synjax.LinearChainCRF, "semi-markov": synjax.SemiMarkovCRF,
+               "tree-crf": synjax.TreeCRF}[structure]
+        make = cls
+        mine = {"chain": crfs.LinearChainCRF, "semi-markov": crfs.SemiMarkovCRF,
+                "tree-crf": crfs.TreeCRF}[structure](theta).log_partition
+    theirs = make(theta).log_partition()
+    assert jnp.allclose(mine, theirs, rtol=1e-4), (mine, theirs)
+    if what == "logz":
+        fn = jax.jit(jax.grad(lambda th: make(th).log_partition().sum()))
+        call = lambda: fn(theta).block_until_ready()  # noqa: E731
+    else:
+        fn = jax.jit(lambda th, k: make(th).sample(k))
+        key = jax.random.PRNGKey(0)
+        call = lambda: jax.block_until_ready(fn(theta, key))  # noqa: E731
+    return _timed(call, reps)
 
 
 def _baseline_rss(impl: str, have_struct: bool = True) -> float:
@@ -168,6 +213,8 @@ def _baseline_rss(impl: str, have_struct: bool = True) -> float:
                           "jnp.zeros(1).block_until_ready()",
                "torch-struct": "import torch, ppl_attention.pyro.crfs"
                                + (", torch_struct" if have_struct else ""),
+               "synjax": "import jax, jax.numpy as jnp, synjax, ppl_attention.numpyro.crfs; "
+                         "jnp.zeros(1).block_until_ready()",
                "jax-peer": "import jax, jax.numpy as jnp, optax, ppl_attention.numpyro.crfs; "
                            "jnp.zeros(1).block_until_ready()"}[impl]
     code = f"import resource; {imports}; print(resource.getrusage(resource.RUSAGE_SELF)" \
@@ -199,7 +246,7 @@ def main() -> int:
     unknown = [s for s in structures if s not in SIZES]
     if unknown:
         ap.error(f"--structures: unknown {unknown}; known: {', '.join(SIZES)}")
-    impls = ["pyro", "torch-struct", "numpyro", "jax-peer"]
+    impls = ["pyro", "torch-struct", "numpyro", "synjax", "jax-peer"]
     try:
         import torch_struct  # noqa: F401
         have_struct = True
@@ -207,6 +254,12 @@ def main() -> int:
         print("torch-struct is not installed (pip install torch-struct): its cells are skipped "
               "(CTC's torch peer, torch's own ctc_loss, is still measured)", file=sys.stderr)
         have_struct = False
+    try:
+        import synjax  # noqa: F401
+    except ImportError:
+        print("SynJax is not installed (pip install from github.com/google-deepmind/synjax): "
+              "its column is skipped", file=sys.stderr)
+        impls.remove("synjax")
     base = {impl: _baseline_rss(impl, have_struct) for impl in impls}
     rows = []
     for structure in structures:
@@ -234,9 +287,9 @@ def main() -> int:
                 row[impl] = (out["ms"], out["rss_mb"] - base[impl], out["first_s"])
                 print(f"{impl} {structure} {what}: {out['ms']:.1f} ms", file=sys.stderr)
             rows.append(row)
-    print(f"batch {args.batch}, float32, median of {args.reps} calls after a warm-up (one "
-          f"thread per torch process); peak memory above an idle process in MB; JAX's first "
-          f"call (compilation) apart\n")
+    print(f"batch {args.batch}, float32, median of {args.reps} calls after a warm-up (at least "
+          f"3 where they pass {CELL_SECONDS:.0f} s; one thread per torch process); peak memory "
+          f"above an idle process in MB; JAX's first call (compilation) apart\n")
     print("| structure | sizes | operation | " + " | ".join(f"{i} ms | {i} MB" for i in impls)
           + " | ours / peer |")
     print("|---" * (3 + 2 * len(impls) + 1) + "|")
@@ -250,6 +303,8 @@ def main() -> int:
         ok = {i: r.get(i) not in (None, "failed") for i in impls}
         if "torch-struct" in impls and ok["pyro"] and ok["torch-struct"]:
             ratio = f"{r['pyro'][0] / r['torch-struct'][0]:.3g}"
+        if ok.get("synjax") and ok["numpyro"]:
+            ratio += f"; numpyro / SynJax {r['numpyro'][0] / r['synjax'][0]:.3g}"
         if ok.get("jax-peer") and ok["numpyro"]:
             ratio += f"; numpyro / optax {r['numpyro'][0] / r['jax-peer'][0]:.3g}"
         sizes = ", ".join(f"{k} = {v}" for k, v in SIZES[r["structure"]].items())

@@ -5,10 +5,12 @@ the tree-transduction table, soft against tree attention.
 marginals) at N ∈ {16, 32, 64}, batch 16, float32, both kinds of tree — ours under torch
 (``pyro``), ours under JAX (``numpyro``, jitted; compile time apart) and torch-struct 0.5
 (``DependencyCRF`` with one root or several, ``NonProjectiveDependencyCRF``; an optional peer,
-``pip install torch-struct``, skipped with a message when absent). Each cell runs in its own
-process, so its peak resident memory is its own (reported above an idle process that imported
-the same libraries); time is the median of ``--reps`` steps after one warm-up. Ratios are ours
-over torch-struct's, in the same run.
+``pip install torch-struct``, skipped with a message when absent) and SynJax's
+``SpanningTreeCRF`` (directed, one root child; JAX, jitted; installed from its repository,
+optional, skipped when absent), each peer's log Z checked equal to ours first. Each cell
+runs in its own process, so its peak resident memory is its own (reported above an idle process
+that imported the same libraries); time is the median of ``--reps`` steps after one warm-up.
+Ratios are ours over the peer's, in the same run.
 
 (2) ``--part transduction``: ``ppl-attention compare --task trees --depth D`` for D in
 ``--depths``, methods ``soft`` and ``tree-marginals`` (and ``tree-sample`` with
@@ -59,6 +61,8 @@ def _cell(impl: str, kind: str, n: int, batch: int, reps: int) -> dict:
             jax.block_until_ready(grad(x))
             times.append(time.perf_counter() - t0)
         return {"ms": 1e3 * statistics.median(times), "compile_s": compile_s}
+    if impl == "synjax":
+        return _synjax_cell(scores, projective, reps)
     import torch
 
     torch.set_num_threads(1)
@@ -89,6 +93,49 @@ def _cell(impl: str, kind: str, n: int, batch: int, reps: int) -> dict:
     return {"ms": 1e3 * statistics.median(times)}
 
 
+def to_synjax(scores):
+    """Ours ``[..., N, N]`` (``[h, m]``: h heads m, the diagonal root → m) as SynJax's
+    ``SpanningTreeCRF`` potentials ``[..., N + 1, N + 1]`` (node 0 the root; ``[h, m]`` h heads m;
+    the root's column and the self-loops never count)."""
+    import jax.numpy as jnp
+
+    N = scores.shape[-1]
+    eye = jnp.eye(N, dtype=bool)
+    arcs = jnp.where(eye, -1e9, scores)
+    root = jnp.diagonal(scores, axis1=-2, axis2=-1)[..., None, :]
+    body = jnp.concatenate([root, arcs], -2)  # [..., N + 1, N]
+    return jnp.concatenate([jnp.full(body.shape[:-1] + (1,), -1e9, scores.dtype), body], -1)
+
+
+def _synjax_cell(scores, projective: bool, reps: int) -> dict:
+    """SynJax's ``SpanningTreeCRF`` (directed, one root child) on the same trees, jitted; its
+    log Z checked equal to ours first (float32, relative 1e-4)."""
+    import jax
+    import jax.numpy as jnp
+    import synjax
+
+    from ppl_attention.numpyro.trees import DependencyTree as JT
+
+    x = jnp.asarray(scores)
+
+    def log_z(s):
+        return synjax.SpanningTreeCRF(to_synjax(s), directed=True, projective=projective,
+                                      single_root_edge=True).log_partition()
+
+    mine = JT(x, projective=projective).log_partition
+    assert jnp.allclose(mine, log_z(x), rtol=1e-4), (mine, log_z(x))
+    grad = jax.jit(jax.value_and_grad(lambda s: log_z(s).sum()))
+    t0 = time.perf_counter()
+    jax.block_until_ready(grad(x))
+    compile_s = time.perf_counter() - t0
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(grad(x))
+        times.append(time.perf_counter() - t0)
+    return {"ms": 1e3 * statistics.median(times), "compile_s": compile_s}
+
+
 def _child(args) -> None:
     import warnings
 
@@ -102,7 +149,9 @@ def _baseline_rss(impl: str) -> float:
     imports = {"pyro": "import torch, ppl_attention.pyro.trees",
                "numpyro": "import jax, jax.numpy as jnp, ppl_attention.numpyro.trees; "
                           "jnp.zeros(1).block_until_ready()",
-               "torch-struct": "import torch, torch_struct"}[impl]
+               "torch-struct": "import torch, torch_struct",
+               "synjax": "import jax, jax.numpy as jnp, synjax, ppl_attention.numpyro.trees; "
+                         "jnp.zeros(1).block_until_ready()"}[impl]
     code = f"import resource; {imports}; print(resource.getrusage(resource.RUSAGE_SELF)" \
            f".ru_maxrss / 1024)"
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -117,6 +166,12 @@ def speed(args) -> int:
         print("torch-struct is not installed (pip install torch-struct): its column is "
               "skipped", file=sys.stderr)
         impls.remove("torch-struct")
+    try:
+        import synjax  # noqa: F401
+        impls.append("synjax")
+    except ImportError:
+        print("SynJax is not installed (pip install from github.com/google-deepmind/synjax): "
+              "its column is skipped", file=sys.stderr)
     base = {impl: _baseline_rss(impl) for impl in impls}
     rows = []
     for kind in KINDS:
@@ -140,8 +195,11 @@ def speed(args) -> int:
     head = "| kind | N | " + " | ".join(f"{i} ms | {i} MB" for i in impls)
     if "torch-struct" in impls:
         head += " | pyro / torch-struct | numpyro / torch-struct"
+    if "synjax" in impls:
+        head += " | numpyro / SynJax"
     print(head + " |")
-    print("|---|---|" + "---|---|" * len(impls) + ("---|---|" if "torch-struct" in impls else ""))
+    print("|---|---|" + "---|---|" * len(impls) + ("---|---|" if "torch-struct" in impls else "")
+          + ("---|" if "synjax" in impls else ""))
     for r in rows:
         cells = []
         for impl in impls:
@@ -152,8 +210,12 @@ def speed(args) -> int:
             for impl in ("pyro", "numpyro"):
                 cells.append("—" if ts is None or r[impl] is None else
                              f"{r[impl][0] / ts[0]:.2f}")
+        if "synjax" in impls:
+            sj = r["synjax"]
+            cells.append("—" if sj is None or r["numpyro"] is None else
+                         f"{r['numpyro'][0] / sj[0]:.2f}")
         print(f"| {r['kind']} | {r['n']} | " + " | ".join(cells) + " |")
-    compile_s = [r["numpyro"][2] for r in rows if r.get("numpyro")]
+    compile_s = [r["numpyro"][2] for r in rows if r.get("numpyro")]  # SynJax's not in its ms
     if compile_s:
         print(f"\nnumpyro compile (first call) {min(compile_s):.1f}–{max(compile_s):.1f} s, "
               "not in its ms")

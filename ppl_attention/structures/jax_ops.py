@@ -206,6 +206,11 @@ def any_nan(x) -> bool:
         return False
 
 
+def floor_at(x, value: float):
+    """max(x, value) elementwise, the gradient passing where x ≥ value."""
+    return jnp.where(x < value, value, x)
+
+
 def expand(x, shape):
     return jnp.broadcast_to(x, shape)
 
@@ -320,16 +325,11 @@ def chart_pairs(a_s, b_e, k, total, a_min: int, b_min: int):
 
 
 def chart_arc(theta, k, leftward: bool):
-    """θ of the arc between s and s + k for every start s, ``[..., n]``: t → s or s → t."""
+    """θ at (s, s + k) for every start s — the arc between s and s + k (t → s or s → t), or a
+    span's value —, ``[..., n]``."""
     s = jnp.arange(theta.shape[-1])
     end = jnp.clip(s + k, 0, theta.shape[-1] - 1)
     return theta[..., end, s] if leftward else theta[..., s, end]
-
-
-def chart_span(theta, k):
-    """``theta [..., n, n, l]`` at the spans (s, s + k) for every start s: ``[..., n, l]``."""
-    s = jnp.arange(theta.shape[-2])
-    return theta[..., s, jnp.clip(s + k, 0, theta.shape[-2] - 1), :]
 
 
 def chart_set(chart, col, k, by_end: bool):

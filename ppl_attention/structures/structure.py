@@ -42,8 +42,7 @@ class Structure:
         if ops.any_nan(log_potentials):
             raise UserError(f"{self.name}: log_potentials hold NaN or +inf")
         # −inf (a part forbidden) as a finite log 0, so that no gradient is NaN
-        self.log_potentials = ops.where(log_potentials < LOG_ZERO,
-                                        ops.full_like(log_potentials, LOG_ZERO), log_potentials)
+        self.log_potentials = ops.floor_at(log_potentials, LOG_ZERO)
         self.batch_shape = tuple(log_potentials.shape[:-self.event_dims])
         self.event_shape = tuple(log_potentials.shape[-self.event_dims:])
         n = self.size(log_potentials)

@@ -238,9 +238,15 @@ def grad(f, x):
 
 
 def any_nan(x) -> bool:
-    if x.device.type == "meta":  # no values: checked where there are
+    """Whether ``x`` holds NaN or +inf: one reduction, its max (NaN propagates through it)."""
+    if x.device.type == "meta" or x.numel() == 0:  # no values: checked where there are
         return False
-    return bool(torch.isnan(x).any() | torch.isposinf(x).any())
+    return not bool(x.detach().amax() < float("inf"))
+
+
+def floor_at(x, value: float):
+    """max(x, value) elementwise, the gradient passing where x ≥ value."""
+    return torch.clamp_min(x, value)
 
 
 def expand(x, shape):
@@ -343,13 +349,9 @@ def chart_pairs(a_s, b_e, k: int, total: int, a_min: int, b_min: int):
 
 
 def chart_arc(theta, k: int, leftward: bool):
-    """θ of the arc between s and s + k, ``[..., n − k]``: t → s (``leftward``) or s → t."""
+    """θ at (s, s + k) — the arc between s and s + k (t → s with ``leftward``, else s → t), or
+    a span's value —, ``[..., n − k]``."""
     return torch.diagonal(theta, -k if leftward else k, -2, -1)
-
-
-def chart_span(theta, k: int):
-    """``theta [..., n, n, l]`` at the spans (s, s + k): ``[..., n − k, l]``."""
-    return torch.diagonal(theta, k, -3, -2).movedim(-1, -2)
 
 
 def chart_set(chart, col, k: int, by_end: bool):

@@ -29,20 +29,19 @@ from .structure import Structure
 def tree_crf_value(ops, semiring, log_potentials, lengths, key=None):
     """⊕ over every labelled binary tree of its score ``[...]`` (the recursion above)."""
     n = log_potentials.shape[-2]
-
-    def span_labels(w):  # ⊕_c θ(i, i + w, c) for every start i
-        spans = ops.lift(semiring, ops.chart_span(log_potentials, w))  # [..., starts, l]
-        return ops.plus(semiring, spans, -1, ops.fold_in(key, 2 * n + w))
+    # ⊕_c θ(i, j, c) of every span at once, [..., n, n]: a span's label is chosen alone
+    labelled = ops.plus(semiring, ops.lift(semiring, log_potentials), -1,
+                        ops.fold_in(key, 2 * n))
 
     def width(w, charts):
         starts, ends = charts  # β(i, i + k) by start i, β(j − k, j) by end j; column k
         # the splits k: β(i, i + k) and β(i + k + 1, i + w)
         left, right = ops.chart_pairs(starts, ends, w, w - 1, 0, 0)
-        beta = ops.times(semiring, span_labels(w), ops.plus(
+        beta = ops.times(semiring, ops.chart_arc(labelled, w, False), ops.plus(
             semiring, ops.times(semiring, left, right), -1, ops.fold_in(key, w)))
         return ops.chart_set(starts, beta, w, False), ops.chart_set(ends, beta, w, True)
 
-    first = span_labels(0)
+    first = ops.chart_arc(labelled, 0, False)
     starts, _ = ops.width_loop(width, n, (ops.chart_new(first), ops.chart_new(first)))
     roots = starts[..., 0, :]  # β(0, w): [..., n]
     widths = ops.arange(n, log_potentials)

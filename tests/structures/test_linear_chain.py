@@ -156,6 +156,11 @@ def test_bad_input_is_refused_in_one_line(backend):
     bad[0, 1, 0, 1] = np.nan
     with pytest.raises(UserError, match="NaN"):
         make(backend, bad)
+    bad[0, 1, 0, 1] = np.inf
+    with pytest.raises(UserError, match=r"\+inf"):
+        make(backend, bad)
+    bad[0, 1, 0, 1] = -np.inf  # a forbidden transition: allowed
+    assert np.isfinite(arr(make(backend, bad).log_partition)).all()
     d = make(backend, good, np.array([3, 2]))
     ev = np.array([labels_to_event([0, 1, 1], 3, 2), labels_to_event([1, 0, 1], 3, 2)])
     conv = torch.tensor if backend == "pyro" else jnp.asarray
