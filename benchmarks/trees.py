@@ -25,6 +25,7 @@ accuracy and the UAS of the learned trees (mean ± sd over seeds).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import resource
 import statistics
@@ -160,16 +161,15 @@ def _baseline_rss(impl: str) -> float:
 
 def speed(args) -> int:
     impls = ["pyro", "numpyro", "torch-struct"]
-    try:
-        import torch_struct  # noqa: F401
-    except ImportError:
+    # found, not imported: a child process starts with its parent's peak resident memory
+    # (Linux keeps it across exec), so the parent stays small
+    if importlib.util.find_spec("torch_struct") is None:
         print("torch-struct is not installed (pip install torch-struct): its column is "
               "skipped", file=sys.stderr)
         impls.remove("torch-struct")
-    try:
-        import synjax  # noqa: F401
+    if importlib.util.find_spec("synjax") is not None:
         impls.append("synjax")
-    except ImportError:
+    else:
         print("SynJax is not installed (pip install from github.com/google-deepmind/synjax): "
               "its column is skipped", file=sys.stderr)
     base = {impl: _baseline_rss(impl) for impl in impls}
@@ -180,18 +180,28 @@ def speed(args) -> int:
             for impl in impls:
                 cmd = [sys.executable, __file__, "--child", "--impl", impl, "--kind", kind,
                        "--n", str(n), "--batch", str(args.batch), "--reps", str(args.reps)]
-                res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                if res.returncode:
+                outs = []
+                for _ in range(args.rounds):
+                    res = subprocess.run(cmd, capture_output=True, text=True,
+                                         timeout=args.timeout)
+                    if res.returncode:
+                        print(f"{impl} {kind} N={n} failed: {res.stderr.strip()[-300:]}",
+                              file=sys.stderr)
+                        outs = []
+                        break
+                    outs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+                if not outs:
                     row[impl] = None
-                    print(f"{impl} {kind} N={n} failed: {res.stderr.strip()[-300:]}",
-                          file=sys.stderr)
                     continue
-                out = json.loads(res.stdout.strip().splitlines()[-1])
-                row[impl] = (out["ms"], out["rss_mb"] - base[impl], out.get("compile_s"))
-                print(f"{impl} {kind} N={n}: {out['ms']:.1f} ms", file=sys.stderr)
+                times = [o["ms"] for o in outs]
+                row[impl] = (statistics.median(times), max(o["rss_mb"] for o in outs)
+                             - base[impl], outs[0].get("compile_s"))
+                print(f"{impl} {kind} N={n}: {statistics.median(times):.2f} ms (rounds: "
+                      f"{', '.join(f'{t:.2f}' for t in times)})", file=sys.stderr)
             rows.append(row)
     print(f"log Z forward + backward, batch {args.batch}, float32, median of {args.reps} "
-          f"(one thread per torch process), peak memory above an idle process in MB\n")
+          f"calls, median over {args.rounds} processes (one thread per torch process), peak "
+          f"memory above an idle process in MB\n")
     head = "| kind | N | " + " | ".join(f"{i} ms | {i} MB" for i in impls)
     if "torch-struct" in impls:
         head += " | pyro / torch-struct | numpyro / torch-struct"
@@ -204,7 +214,8 @@ def speed(args) -> int:
         cells = []
         for impl in impls:
             v = r[impl]
-            cells += ["failed", "—"] if v is None else [f"{v[0]:.1f}", f"{v[1]:.0f}"]
+            cells += ["failed", "—"] if v is None else \
+                [f"{v[0]:.2f}" if v[0] < 10 else f"{v[0]:.1f}", f"{v[1]:.0f}"]
         if "torch-struct" in impls:
             ts = r["torch-struct"]
             for impl in ("pyro", "numpyro"):
@@ -275,6 +286,8 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=SIZES)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3, help="processes per cell, the median of "
+                   "their medians reported")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--depths", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 6])
     p.add_argument("--seeds", type=int, default=3)

@@ -1,6 +1,6 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
-(u1–u10), of generated docs (v1), of the structure library (s1–s7), of the word aligners' HMM on
+(u1–u10), of generated docs (v1), of the structure library (s1–s8), of the word aligners' HMM on
 the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
 sites (l1–l7), of attention over segments and spans (g1–g3), of trained tables as a prior
 (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight (z1), of small length groups
@@ -209,6 +209,11 @@ FAULTS = [
   "        for x in xs[1:]:\n            out = torch.logaddexp(out, x)",
   "        for x in xs[1:2]:\n            out = torch.logaddexp(out, x)",
   "tests/structures/test_ctc.py"),
+ # the non-projective trees' unpadded path (every row N long): one root child not imposed
+ ("s8", "ppl_attention/pyro/trees.py",
+  "            lap[..., 0, :] = r  # the first row replaced by the root's weights",
+  "            pass",
+  "tests/structures/test_trees.py"),
  # the word aligners' HMM on the chain recursion (tests/numpyro/test_aligners.py)
  ("w1", "ppl_attention/numpyro/aligners.py",
   "        return (E_j[:, 0] * phi_null)[:, None] * beta + jnp.pad(a_real, ((0, 0), (1, 0)))",

@@ -85,12 +85,23 @@ def _eisner_log_partition(theta, lengths, single_root: bool, semiring: str = "lo
     return eisner_value(torch_ops, semiring, theta, lengths, single_root)
 
 
-def _matrix_tree_log_partition(theta, lengths, single_root: bool):
-    """log Z of non-projective trees by the matrix-tree theorem, ``[...]``."""
+def _matrix_tree_log_partition(theta, lengths, single_root: bool, full: bool = False):
+    """log Z of non-projective trees by the matrix-tree theorem, ``[...]``; ``full``: every row
+    is N long (no padding to mask: the same value, fewer operations)."""
     n = theta.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=theta.device)
+    if full:
+        shift = theta.detach().amax(-2)  # over the heads and the root, per word
+        A = (theta - shift.unsqueeze(-2)).exp().masked_fill(eye, 0.0)
+        r = (theta.diagonal(0, -2, -1) - shift).exp()
+        if single_root:
+            lap = torch.diag_embed(A.sum(-2)) - A
+            lap[..., 0, :] = r  # the first row replaced by the root's weights
+        else:
+            lap = torch.diag_embed(A.sum(-2) + r) - A
+        return torch.linalg.slogdet(lap).logabsdet + shift.sum(-1)
     idx = torch.arange(n, device=theta.device)
     real = idx < lengths.unsqueeze(-1)  # [..., n]
-    eye = torch.eye(n, dtype=torch.bool, device=theta.device)
     arc_ok = real.unsqueeze(-1) & real.unsqueeze(-2) & ~eye
     candidates = torch.where(arc_ok | (eye & real.unsqueeze(-2)), theta,
                              torch.full_like(theta, FLOOR))
@@ -128,7 +139,8 @@ class DependencyTree(TorchDistribution):
             raise UserError(f"DependencyTree: scores must be square [..., N, N], got {shape}")
         N = scores.shape[-1]
         batch_shape = scores.shape[:-2]
-        if lengths is None:
+        given = lengths is not None
+        if not given:
             lengths = torch.full(batch_shape, N, dtype=torch.long, device=scores.device)
         lengths = torch.as_tensor(lengths, device=scores.device)
         if lengths.is_floating_point() or lengths.dtype == torch.bool:
@@ -139,24 +151,37 @@ class DependencyTree(TorchDistribution):
             raise UserError(f"DependencyTree: lengths of shape {list(lengths.shape)} do not "
                             f"broadcast to the batch shape {list(batch_shape)}") from None
         checks = scores.device.type != "meta"
-        if checks and lengths.numel() and (lengths.min() < 1 or lengths.max() > N):
-            bad = int(lengths[(lengths < 1) | (lengths > N)].flatten()[0])
-            raise UserError(f"DependencyTree: every length must be in 1 … N = {N}, got {bad}")
+        shortest = N  # without lengths every row is N long
+        if checks and lengths.numel() and given:
+            shortest, longest = (int(v) for v in torch.aminmax(lengths))
+            if shortest < 1 or longest > N:
+                bad = int(lengths[(lengths < 1) | (lengths > N)].flatten()[0])
+                raise UserError(f"DependencyTree: every length must be in 1 … N = {N}, got {bad}")
         self.projective, self.single_root = bool(projective), bool(single_root)
         self.lengths = lengths
         idx = torch.arange(N, device=scores.device)
         self._real = idx < lengths.unsqueeze(-1)  # [..., N]
-        real_arc = self._real.unsqueeze(-1) & self._real.unsqueeze(-2)
+        #: every row N long (known when the lengths have values): nothing to mask
+        self._full = checks and shortest == N
+        real_arc = None if self._full else self._real.unsqueeze(-1) & self._real.unsqueeze(-2)
         super().__init__(batch_shape, torch.Size([N]), validate_args=validate_args)
-        if checks and self._validate_args:
-            bad = real_arc & ~torch.isfinite(scores)
+        # one reduction finds whether every score is finite and at or above log 0 (NaN fails
+        # both comparisons); only if not are the real arcs' looked at, and the scores floored
+        in_range = False
+        if checks and scores.numel():
+            lo, hi = torch.aminmax(scores.detach())
+            in_range = bool((lo >= FLOOR) & (hi < float("inf")))
+        if checks and self._validate_args and not in_range:
+            bad = ~torch.isfinite(scores) if self._full else real_arc & ~torch.isfinite(scores)
             if bad.any():
                 where = [int(i) for i in bad.nonzero()[0]]
                 raise NonFiniteScores(f"DependencyTree: scores must be finite at real arcs; "
                                 f"{int(bad.sum())} are not (first at index {where}; give padded "
                                 f"positions through lengths=)")
         self.scores = scores
-        self.theta = torch.where(real_arc, scores.clamp(min=FLOOR), torch.zeros_like(scores))
+        floored = scores if in_range else scores.clamp(min=FLOOR)
+        self.theta = floored if self._full else \
+            torch.where(real_arc, floored, torch.zeros_like(scores))
         self._log_z = None
 
     # --- shapes and support -------------------------------------------------------------------
@@ -175,6 +200,7 @@ class DependencyTree(TorchDistribution):
         new.projective, new.single_root = self.projective, self.single_root
         new.lengths = self.lengths.expand(batch_shape)
         new._real = self._real.expand(batch_shape + (N,))
+        new._full = self._full
         new.scores = self.scores.expand(batch_shape + (N, N))
         new.theta = self.theta.expand(batch_shape + (N, N))
         new._log_z = None if self._log_z is None else self._log_z.expand(batch_shape)
@@ -192,7 +218,7 @@ class DependencyTree(TorchDistribution):
             return _eisner_log_partition(theta, self.lengths, self.single_root, semiring)
         if semiring != "log":
             raise UserError("only projective trees have a max/sample semiring here")
-        return _matrix_tree_log_partition(theta, self.lengths, self.single_root)
+        return _matrix_tree_log_partition(theta, self.lengths, self.single_root, self._full)
 
     @property
     def log_partition(self) -> torch.Tensor:

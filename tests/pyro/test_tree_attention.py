@@ -173,7 +173,7 @@ def test_tree_exact_equals_brute_force_and_trains():
 
 
 def test_tree_methods_refused_where_they_do_not_apply():
-    sys.path.insert(0, str(Path(__file__).parents[1] / "examples" / "tutorial"))
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples" / "tutorial"))
     from diagonal import DiagonalAlignment
 
     with pytest.raises(MissingCapability, match="arc-emissions"):
