@@ -5,8 +5,8 @@ the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as 
 sites (l1–l7), of attention over segments and spans (g1–g3), of trained tables as a prior
 (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight (z1), of small length groups
 merged (z2) and sharing a class (z4), of the fertility sweep's Rao–Blackwellized conditionals
-(z3), run the tests that should catch it, report, and restore the file:
-``python tests/plant_faults.py [a b … m1 …]``.
+(z3), of one compiled sweep for every sweep count (z5), run the tests that should catch it,
+report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
 tests/pyro/test_meta_device.py.
@@ -214,6 +214,11 @@ FAULTS = [
   "            lap[..., 0, :] = r  # the first row replaced by the root's weights",
   "            pass",
   "tests/structures/test_trees.py"),
+ # the sweep's warm-up length a constant again: each sweep count compiles its own sweep
+ ("z5", "ppl_attention/numpyro/inference/word_alignment.py",
+  '        num_warmup = (model_kwargs or {}).get("num_warmup", self._num_warmup)',
+  "        num_warmup = self._num_warmup",
+  "tests/numpyro/test_aligners.py::test_one_compiled_sweep_serves_every_sweep_count"),
  # the word aligners' HMM on the chain recursion (tests/numpyro/test_aligners.py)
  ("w1", "ppl_attention/numpyro/aligners.py",
   "        return (E_j[:, 0] * phi_null)[:, None] * beta + jnp.pad(a_real, ((0, 0), (1, 0)))",

@@ -265,3 +265,44 @@ def test_small_groups_prefer_a_host_with_room_and_gamma_slots_are_checked():
     for bad in (0, -1, 2.5):
         with pytest.raises(UserError, match="capacity must be an int ≥ 1"):
             al.log_gamma_draws(jax.random.PRNGKey(0), jnp.ones(3), bad)
+
+
+_SWEEP_COUNTS = """
+import os, sys
+from pathlib import Path
+from ppl_attention.data.indexed import index_pairs
+from ppl_attention.numpyro import aligners as al
+from ppl_attention.numpyro.inference import word_alignment as wa
+
+pairs = [(s.split(), t.split()) for s, t in (("a b c", "x y z"), ("b c", "y z"), ("a c", "x z"),
+                                             ("c a b", "z x y"))]
+corpus, _, _ = index_pairs(pairs, batch=2, multiple=4)
+spec = al.aligner("fertility")
+cache = Path(os.environ["PPL_ATTENTION_JAX_CACHE"])
+entries = []
+for warmup, samples in ((2, 2), (6, 6)):  # 4 and 12 sweeps: 2 and 3 HMM sweeps to start
+    # with progress bars, as wordalign runs (without them NumPyro's fori_collect compiles the
+    # HMM start's loop of sweeps whole, its length a constant)
+    wa.run_gibbs(spec, corpus, chains=2, warmup=warmup, samples=samples, track=4,
+                 progress=True, init_sweeps=1)
+    entries.append(sorted(p.name for p in cache.iterdir()))
+new = sorted(set(entries[1]) - set(entries[0]))
+print(len(entries[0]), len(new), new)
+"""
+
+
+def test_one_compiled_sweep_serves_every_sweep_count(tmp_path):
+    """A second run with other --warmup / --samples compiles nothing new (the warm-up's length
+    is an argument of the sweep, not a constant in it): a user who runs more sweeps, as the
+    mixing warning advises, finds the first run's programs in the persistent cache."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PPL_ATTENTION_JAX_CACHE": str(tmp_path / "jax")}
+    out = subprocess.run([sys.executable, "-c", _SWEEP_COUNTS], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, n_new, new = out.stdout.split(" ", 2)
+    assert int(first) > 0, "the first run wrote no compiled program"
+    assert int(n_new) == 0, f"programs compiled again for other sweep counts: {new}"

@@ -149,7 +149,10 @@ class ConjugateGibbs(MCMCKernel):
     state (:func:`hmm_start`) — and its fertility table starts uniform. ``keep_align``: the
     state keeps the last sweep's drawn alignments (``align``) for the other aligners too —
     with the tables drawn given them, a joint state of the chain (an HMM's, to start the
-    fertility aligner from)."""
+    fertility aligner from). A sweep adds its conditionals to the link accumulators once past
+    the warm-up: ``MCMC``'s ``num_warmup``, or the model keyword ``num_warmup`` (``MCMC.run(...,
+    num_warmup=jnp.int32(w))``), which traces it, so that one compiled sweep serves every number
+    of sweeps."""
 
     sample_field = "z"
 
@@ -211,7 +214,10 @@ class ConjugateGibbs(MCMCKernel):
         data, track = model_args[:2]
         spec, sizes = self.spec, self.sizes
         key, k_sweep, k_theta, k_dist = jax.random.split(state.key, 4)
-        keep = (state.i >= self._num_warmup).astype(jnp.float32)
+        # the warm-up's length as an argument where the caller gives one (model_kwargs
+        # "num_warmup", traced): one compiled sweep then serves every number of sweeps
+        num_warmup = (model_kwargs or {}).get("num_warmup", self._num_warmup)
+        keep = (state.i >= num_warmup).astype(jnp.float32)
         total, marg, tracked, aligns = _sweep(
             spec, k_sweep, state.log_theta, state.log_dist, sizes, data, "draw", track,
             marg=state.marg, keep=keep, prev_align=state.align, log_psi=state.log_psi,
@@ -279,7 +285,7 @@ def gibbs_chains(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, *, 
                 num_samples=samples, num_chains=chains, chain_method="sequential",
                 thinning=thinning, progress_bar=progress, jit_model_args=True)
     mcmc.run(jax.random.PRNGKey(seed) if key is None else key, data, track,
-             *([start] if start is not None else []))
+             *([start] if start is not None else []), num_warmup=jnp.asarray(warmup, jnp.int32))
     return mcmc
 
 
@@ -308,18 +314,19 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
     accumulators (per class ``[n, B, S1, T]``)."""
     _check_counts(warmup=(warmup, 0), samples=(samples, 1), thinning=(thinning, 1))
 
-    def sweep(marg, state, args):
-        new = kernel.sample(state._replace(marg=marg), args, {})
+    def sweep(marg, state, args, num_warmup):
+        new = kernel.sample(state._replace(marg=marg), args, {"num_warmup": num_warmup})
         return new.marg, new._replace(marg=None)
 
-    step = jax.jit(sweep, donate_argnums=0)
+    step = jax.jit(sweep, donate_argnums=0)  # the warm-up's length traced: any sweep count
+    num_warmup = jnp.asarray(warmup, jnp.int32)
     for c, key in enumerate(keys):
         state = kernel.init(key, warmup, None, model_args, {})
         marg, state = state.marg, state._replace(marg=None)
         draws = []
         for i in progress_bar(range(warmup + samples * thinning), leave=False,
                               desc=f"chain {c + 1}/{len(keys)}", disable=not progress):
-            marg, state = step(marg, state, model_args)
+            marg, state = step(marg, state, model_args, num_warmup)
             if i >= warmup and (i - warmup + 1) % thinning == 0:
                 draws.append(state.z)
         del state
@@ -351,17 +358,22 @@ def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps
     """The fertility aligner's start, as eflomal's model 3 starts from its HMM: ``sweeps``
     sweeps of one HMM chain (from ``start``, IBM1's table), its last state — the last sweep's
     alignments and the tables drawn given them (``{"log_theta", "log_dist", "align"}``, per
-    class ``[n, B, T]``)."""
+    class ``[n, B, T]``). The chain is NumPyro's ``MCMC`` of one chain step for step (the same
+    key, the same transitions), run here so that its sweep is one compiled program whatever
+    ``sweeps`` is (``MCMC`` without a progress bar — NumPyro's default under ``CI`` — compiles
+    the whole loop, its length a constant)."""
+    _check_counts(sweeps=(sweeps, 1))
     hmm = al.aligner("hmm", alpha=spec.alpha, gamma=spec.gamma, max_jump=spec.max_jump,
                      null_prior=spec.null_prior)
-    mcmc = gibbs_chains(hmm, sizes, data, track, chains=1, warmup=sweeps - 1, samples=1,
-                        seed=seed + 7919, progress=progress, start=start, keep_align=True)
-    st = mcmc.last_state
-    log_theta = st.log_theta.reshape(-1, sizes["n_cells"])[0]
-    log_dist = st.log_dist.reshape(-1, hmm.n_buckets)[0]
-    align = [a.reshape(-1, *c["tgt"].shape)[0] for a, c in zip(st.align, data["classes"])]
-    release(mcmc)
-    return {"log_theta": log_theta, "log_dist": log_dist, "align": align}
+    kernel = ConjugateGibbs(hmm, sizes, keep_align=True)
+    model_args = (data, track) + ((start,) if start is not None else ())
+    state = kernel.init(jax.random.PRNGKey(seed + 7919), sweeps - 1, None, model_args, {})
+    step = jax.jit(lambda st, args, w: kernel.sample(st, args, {"num_warmup": w}))
+    num_warmup = jnp.asarray(sweeps - 1, jnp.int32)
+    for _ in progress_bar(range(sweeps), leave=False, desc="HMM start", disable=not progress):
+        state = step(state, model_args, num_warmup)
+    align = list(state.align)
+    return {"log_theta": state.log_theta, "log_dist": state.log_dist, "align": align}
 
 
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
