@@ -45,23 +45,12 @@ def _cell(impl: str, kind: str, n: int, batch: int, reps: int) -> dict:
     scores = rng.normal(size=(batch, n, n)).astype(np.float32)
     projective = kind == "projective"
     if impl == "numpyro":
-        import jax
         import jax.numpy as jnp
 
         from ppl_attention.numpyro.trees import DependencyTree as JT
 
-        grad = jax.jit(jax.value_and_grad(
-            lambda s: JT(s, projective=projective).log_partition.sum()))
-        x = jnp.asarray(scores)
-        t0 = time.perf_counter()
-        jax.block_until_ready(grad(x))
-        compile_s = time.perf_counter() - t0
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            jax.block_until_ready(grad(x))
-            times.append(time.perf_counter() - t0)
-        return {"ms": 1e3 * statistics.median(times), "compile_s": compile_s}
+        return _jax_timed(lambda s: JT(s, projective=projective).log_partition.sum(),
+                          jnp.asarray(scores), reps)
     if impl == "synjax":
         return _synjax_cell(scores, projective, reps)
     import torch
@@ -111,7 +100,6 @@ def to_synjax(scores):
 def _synjax_cell(scores, projective: bool, reps: int) -> dict:
     """SynJax's ``SpanningTreeCRF`` (directed, one root child) on the same trees, jitted; its
     log Z checked equal to ours first (float32, relative 1e-4)."""
-    import jax
     import jax.numpy as jnp
     import synjax
 
@@ -125,7 +113,15 @@ def _synjax_cell(scores, projective: bool, reps: int) -> dict:
 
     mine = JT(x, projective=projective).log_partition
     assert jnp.allclose(mine, log_z(x), rtol=1e-4), (mine, log_z(x))
-    grad = jax.jit(jax.value_and_grad(lambda s: log_z(s).sum()))
+    return _jax_timed(lambda s: log_z(s).sum(), x, reps)
+
+
+def _jax_timed(loss, x, reps: int) -> dict:
+    """``loss`` and its gradient at ``x``, jitted: the first call (compilation) apart, the
+    median of ``reps`` calls."""
+    import jax
+
+    grad = jax.jit(jax.value_and_grad(loss))
     t0 = time.perf_counter()
     jax.block_until_ready(grad(x))
     compile_s = time.perf_counter() - t0
