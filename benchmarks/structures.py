@@ -12,6 +12,7 @@ from one process to the next. Ratios are ours over the peer's, in the same run. 
 each peer's log Z is checked equal to ours on potentials converted between the two conventions.
 
     python benchmarks/structures.py --reps 20
+    python benchmarks/structures.py --alternate --structures chain --reps 10
 
 Structures measured: ``chain`` (``LinearChainCRF``, n = 128, t = 32; torch-struct's log Z
 checked equal to ours first), ``semi-markov`` (``SemiMarkovCRF``, n = 64, m = 8, t = 8;
@@ -226,6 +227,47 @@ def _baseline_rss(impl: str, have_struct: bool = True) -> float:
                                 check=True).stdout)
 
 
+def alternate(structures, batch: int, reps: int, rounds: int = 15) -> None:
+    """Ours (``numpyro``) and SynJax's log Z forward + backward in one process, jitted, taking
+    turns: ``rounds`` rounds of ``reps`` calls each, the median of the rounds' medians — the
+    JAX cells' process-to-process spread taken out of the comparison."""
+    import jax
+    import jax.numpy as jnp
+    import synjax
+
+    from ppl_attention.numpyro import crfs
+
+    for structure in structures:
+        if structure == "ctc":
+            theta_np, labels_np = _data(structure, batch)
+            labels = jnp.asarray(labels_np, jnp.int32)
+            fns = {"numpyro": lambda th, y=labels: crfs.CTC(th, y).log_partition,
+                   "synjax": lambda th, y=labels: synjax.CTC(th, y).log_partition()}
+        else:
+            theta_np, _ = _data(structure, batch)
+            name = {"chain": "LinearChainCRF", "semi-markov": "SemiMarkovCRF",
+                    "tree-crf": "TreeCRF"}[structure]
+            fns = {"numpyro": lambda th, n=name: getattr(crfs, n)(th).log_partition,
+                   "synjax": lambda th, n=name: getattr(synjax, n)(th).log_partition()}
+        theta = jnp.asarray(theta_np)
+        grads = {k: jax.jit(jax.grad(lambda th, f=f: f(th).sum())) for k, f in fns.items()}
+        for g in grads.values():
+            g(theta).block_until_ready()
+        medians = {k: [] for k in grads}
+        for _ in range(rounds):
+            for k, g in grads.items():
+                times = []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    g(theta).block_until_ready()
+                    times.append(time.perf_counter() - t0)
+                medians[k].append(statistics.median(times))
+        ms = {k: 1000 * statistics.median(v) for k, v in medians.items()}
+        print(f"{structure}: log Z fwd + bwd in one process, {rounds} rounds of {reps} calls "
+              f"taking turns: numpyro {ms['numpyro']:.2f} ms, SynJax {ms['synjax']:.2f} ms, "
+              f"ratio {ms['numpyro'] / ms['synjax']:.3g}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
@@ -234,6 +276,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--structures", default=",".join(SIZES))
     ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--alternate", action="store_true", help="ours and SynJax (JAX) in one "
+                    "process, taking turns, instead of the table")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
     ap.add_argument("--structure", help=argparse.SUPPRESS)
@@ -251,6 +295,11 @@ def main() -> int:
     unknown = [s for s in structures if s not in SIZES]
     if unknown:
         ap.error(f"--structures: unknown {unknown}; known: {', '.join(SIZES)}")
+    if args.alternate:
+        if importlib.util.find_spec("synjax") is None:
+            ap.error("--alternate compares with SynJax, which is not installed")
+        alternate(structures, args.batch, args.reps)
+        return 0
     impls = ["pyro", "torch-struct", "numpyro", "synjax", "jax-peer"]
     # found, not imported: a child process starts with its parent's peak resident memory
     # (Linux keeps it across exec), so the parent stays small
