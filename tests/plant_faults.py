@@ -1,12 +1,13 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
-(u1–u10), of generated docs (v1), of the structure library (s1–s8), of the word aligners' HMM on
-the chain recursion (w1, w2) and its chains' diagnostics (w3), of structures as latent
-sites (l1–l7), of attention over segments and spans (g1–g3), of trained tables as a prior
-(k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight (z1), of small length groups
-merged (z2) and sharing a class (z4), of the fertility sweep's Rao–Blackwellized conditionals
-(z3), of one compiled sweep for every sweep count (z5), run the tests that should catch it,
-report, and restore the file: ``python tests/plant_faults.py [a b … m1 …]``.
+(u1–u10), of generated docs (v1), of dependency trees (t1–t5), of the structure library
+(s1–s9), of the word aligners' HMM on the chain recursion (w1, w2) and its chains' diagnostics
+(w3), of structures as latent sites (l1–l7), of attention over segments and spans (g1–g3), of
+trained tables as a prior (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight
+(z1), of small length groups merged (z2) and sharing a class (z4), of the fertility sweep's
+Rao–Blackwellized conditionals (z3), of one compiled sweep for every sweep count (z5), run the
+tests that should catch it, report, and restore the file:
+``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
 tests/pyro/test_meta_device.py.
@@ -214,6 +215,16 @@ FAULTS = [
   "            lap[..., 0, :] = r  # the first row replaced by the root's weights",
   "            pass",
   "tests/structures/test_trees.py"),
+ # the chain's path for full rows (no per-position selection) stopping one position short
+ ("s9", "ppl_attention/structures/linear_chain.py",
+  "                            (*steps, positions))",
+  "                            (*(x[:-1] for x in steps), positions[:-1]))",
+  "tests/structures/test_linear_chain.py"),
+ # the NumPyro log-determinant's derivative with x⁻¹ untransposed
+ ("t5", "ppl_attention/numpyro/trees.py",
+  '    return value, jnp.einsum("...ij,...ji->...", dx, inverse)',
+  '    return value, jnp.einsum("...ij,...ij->...", dx, inverse)',
+  "tests/structures/test_trees.py::test_numpyro_marginals_are_differentiable_in_both_modes"),
  # the sweep's warm-up length a constant again: each sweep count compiles its own sweep
  ("z5", "ppl_attention/numpyro/inference/word_alignment.py",
   '        num_warmup = (model_kwargs or {}).get("num_warmup", self._num_warmup)',

@@ -2,10 +2,10 @@
 :mod:`ppl_attention.pyro.trees` (read its docstring for the recursions), in JAX. Eisner's
 recursion is the structure library's one definition (:mod:`ppl_attention.structures.eisner`: a
 ``jax.lax.fori_loop`` over span widths on fixed-size charts, one compilation per padded N); the
-matrix-tree theorem ``jnp.linalg.slogdet``; marginals, entropy and KL come from ``jax.grad`` of
-log Z. Value checks (finite scores, trees given to ``log_prob``) run on concrete arrays only, as
-a traced array has no values; the non-projective MAP tree (Chu–Liu–Edmonds) runs on the host,
-outside ``jax.jit``.
+matrix-tree theorem takes its log-determinant from :func:`log_abs_det`; marginals, entropy and
+KL come from ``jax.grad`` of log Z. Value checks (finite scores, trees given to ``log_prob``)
+run on concrete arrays only, as a traced array has no values; the non-projective MAP tree
+(Chu–Liu–Edmonds) runs on the host, outside ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,26 @@ def _eisner_log_partition(theta, lengths, single_root: bool, semiring: str = "lo
     return eisner_value(jax_ops, semiring, theta, lengths, single_root, key)
 
 
+@jax.custom_jvp
+def log_abs_det(x):
+    """log |det x| ``[...]`` of ``x [..., n, n]`` from one LU factorization; its derivative
+    d log|det x| = tr(x⁻¹ dx) comes from the same factors (``jnp.linalg.slogdet``'s rule
+    factors x a second time to solve), and is linear in dx, so it is differentiable again in
+    either mode."""
+    lu, _ = jax.scipy.linalg.lu_factor(x)
+    return jnp.log(jnp.abs(jnp.diagonal(lu, 0, -2, -1))).sum(-1)
+
+
+@log_abs_det.defjvp
+def _log_abs_det_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    lu, pivots = jax.scipy.linalg.lu_factor(x)
+    value = jnp.log(jnp.abs(jnp.diagonal(lu, 0, -2, -1))).sum(-1)
+    eye = jnp.broadcast_to(jnp.eye(x.shape[-1], dtype=x.dtype), x.shape)
+    inverse = jax.scipy.linalg.lu_solve((lu, pivots), eye)
+    return value, jnp.einsum("...ij,...ji->...", dx, inverse)
+
+
 def _matrix_tree_log_partition(theta, lengths, single_root: bool):
     n = theta.shape[-1]
     idx = jnp.arange(n)
@@ -68,7 +88,7 @@ def _matrix_tree_log_partition(theta, lengths, single_root: bool):
     else:
         lap = jnp.eye(n, dtype=theta.dtype) * (cols + r)[..., None, :] - A
     lap = jnp.where(eye & ~real[..., None, :], 1.0, lap)
-    return jnp.linalg.slogdet(lap)[1] + shift.sum(-1)
+    return log_abs_det(lap) + shift.sum(-1)
 
 
 class DependencyTree(Distribution):

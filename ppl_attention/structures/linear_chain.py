@@ -30,15 +30,22 @@ def chain_forward(ops, semiring, alpha, steps, keep, contract, key=None, normali
         α_i = contract(α_{i−1}, steps[i], key_i)  where keep[i],  else α_i = α_{i−1},
 
     ``alpha [..., t]`` α_0 as semiring values, ``steps`` a tuple of arrays whose leading axis
-    (n − 1) runs over the positions after the first, ``keep [n − 1, ...]`` bool. Returns the last
-    α. With ``normalize`` (the log or the probability semiring), each kept α_i is divided by
-    its sum c_i = ⊕ α_i and the result is ``(α_last, (filters [n − 1, ..., t], c [n − 1,
-    ...]))`` (c the semiring's one on a step not kept), so that log Z = Σ_i log c_i (in log
-    space Σ_i c_i) and filters_i = p(z_i | evidence ≤ i); with ``filters=False`` only ``(c,)``
-    is collected. Under PROB a step whose c is 0 keeps its predecessor (and reports c = 0)."""
-    if keep.shape[0] == 0:
+    (n − 1) runs over the positions after the first, ``keep [n − 1, ...]`` bool (None: every
+    step kept, no selection made — every row full). Returns the last α. With ``normalize``
+    (the log or the probability semiring), each kept α_i is divided by its sum c_i = ⊕ α_i
+    and the result is ``(α_last, (filters [n − 1, ..., t], c [n − 1, ...]))`` (c the
+    semiring's one on a step not kept), so that log Z = Σ_i log c_i (in log space Σ_i c_i)
+    and filters_i = p(z_i | evidence ≤ i); with ``filters=False`` only ``(c,)`` is
+    collected. Under PROB a step whose c is 0 keeps its predecessor (and reports c = 0)."""
+    count = steps[0].shape[0]
+    if count == 0:
         return (alpha, None) if normalize else alpha
-    positions = ops.arange(keep.shape[0], keep) + 1
+    positions = ops.arange(count, steps[0]) + 1
+    if keep is None:
+        keep = ops.full_like(positions, 1) > 0  # [n − 1], broadcast over the batch
+        if not normalize:
+            return ops.scan(lambda a, x: contract(a, *x[:-1], ops.fold_in(key, x[-1])), alpha,
+                            (*steps, positions))
 
     def step(alpha, x):
         *inputs, kept, i = x
@@ -75,7 +82,9 @@ def chain_value(ops, semiring, log_potentials, lengths, key=None):
 
 
 def _kept(ops, n, lengths, like):
-    """``[n − 1, ...]``: position i + 1 lies within its row's length."""
+    """``[n − 1, ...]``: position i + 1 lies within its row's length (None: every row full)."""
+    if lengths is None:
+        return None
     positions = ops.arange(n - 1, like) + 1  # [n−1]
     return ops.moveaxis(positions < lengths[..., None], -1, 0)
 
@@ -85,6 +94,7 @@ class LinearChain(Structure):
 
     event_dims = 3
     name = "LinearChainCRF"
+    full_lengths_as_none = True
 
     @staticmethod
     def check(log_potentials, lengths) -> None:

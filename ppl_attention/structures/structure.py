@@ -32,6 +32,11 @@ class Structure:
 
     event_dims = 3
     name = "structure"
+    #: whether ``value`` takes ``lengths=None`` for rows that are all full (and skips the
+    #: per-position selection of the rows' ends)
+    full_lengths_as_none = False
+    #: every row full (``lengths`` not given)
+    full = False
     #: whether evidence that factors over the parts, log p(y | z) = ⟨event(z), φ⟩, can be added
     #: to the potentials (posterior = the structure over θ + φ); None, or why not
     no_evidence_because: str | None = None
@@ -46,6 +51,7 @@ class Structure:
         self.batch_shape = tuple(log_potentials.shape[:-self.event_dims])
         self.event_shape = tuple(log_potentials.shape[-self.event_dims:])
         n = self.size(log_potentials)
+        self.full = lengths is None
         self.lengths = ops.lengths_of(lengths, self.batch_shape, n, log_potentials)
         if self.lengths is None:
             raise UserError(f"{self.name}: lengths of shape {tuple(np.shape(lengths))} do not fit "
@@ -81,8 +87,9 @@ class Structure:
     # --- derived ---------------------------------------------------------------------------
 
     def _value(self, semiring, theta, lengths=None, key=None):
-        return self.ops.compiled(self.value)(self.ops, semiring, theta,
-                                             self.lengths if lengths is None else lengths, key)
+        if lengths is None:
+            lengths = None if self.full and self.full_lengths_as_none else self.lengths
+        return self.ops.compiled(self.value)(self.ops, semiring, theta, lengths, key)
 
     def log_partition(self):
         """log Z ``[batch]``."""
@@ -106,7 +113,8 @@ class Structure:
         its global generator)."""
         shape = tuple(sample_shape) + tuple(self.log_potentials.shape)
         theta = self.ops.expand(self.ops.stop_gradient(self.log_potentials), shape)
-        lengths = self.ops.expand(self.lengths, tuple(sample_shape) + self.batch_shape)
+        lengths = None if self.full and self.full_lengths_as_none else self.ops.expand(
+            self.lengths, tuple(sample_shape) + self.batch_shape)
         return self.ops.grad(lambda th: self._value(SAMPLE, th, lengths, key), theta)
 
     def top_k(self, k: int):

@@ -11,7 +11,8 @@ from a label other than the initial state accepted: caught by
 ``test_bad_input_is_refused_in_one_line``. ``top_k`` (the k-best semiring) is checked with every
 operation, on every structure: s5 — the JAX k-best ⊗ taken elementwise, caught by
 ``test_tree_crf.py::test_every_operation_equals_brute_force`` (3 failed); s6 — the torch k-best
-⊕ keeping only the first term's k, caught here (4 failed).
+⊕ keeping only the first term's k, caught here (4 failed); s9 — the path for full rows (no
+``lengths``: no per-position selection) stopping one position short, caught here (3 failed).
 """
 
 import jax

@@ -3,7 +3,7 @@ projective and not, one root or several, ragged lengths), the two backends again
 float32, exact sampling by a chi-square test, torch-struct where it is installed, and every bad
 input refused.
 
-Planted faults (``python tests/plant_faults.py t1 t2 t3 t4``), each caught by this module:
+Planted faults (``python tests/plant_faults.py t1 t2 t3 t4 t5``), each caught by this module:
 Eisner's recursion is one definition for both backends (``ppl_attention.structures.eisner``).
 t1 — torch's sampling semiring with its Gumbel noise halved (draws biased toward likely trees):
 caught by
@@ -12,7 +12,9 @@ t2 — the non-projective sequential draw skips conditioning on the drawn heads:
 ``test_exact_draws_pass_chi_square[pyro-nonprojective-*]``; t3 — the NumPyro matrix-tree
 Laplacian without its first-row replacement: caught by ``test_equals_brute_force[numpyro-*]``;
 t4 — Eisner's incomplete items with the arc direction swapped: caught by
-``test_equals_brute_force[*-projective-*]`` on both backends (4 failed).
+``test_equals_brute_force[*-projective-*]`` on both backends (4 failed); t5 — the NumPyro
+log-determinant's derivative taking x⁻¹ untransposed: caught by
+``test_numpyro_marginals_are_differentiable_in_both_modes``.
 """
 
 import jax
@@ -227,6 +229,30 @@ def test_marginals_are_differentiable_end_to_end():
             assert torch.autograd.gradcheck(f, (s,), eps=1e-6, atol=1e-6)
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+def test_numpyro_marginals_are_differentiable_in_both_modes():
+    """The NumPyro log-determinant carries its own derivative rule (one LU for the value and the
+    inverse): log Z's derivatives to second order, forward and reverse, against finite
+    differences; and the rule's value and tangent equal ``jnp.linalg.slogdet``'s, a negative
+    determinant included."""
+    import jax.numpy as jnp
+    from jax.test_util import check_grads
+
+    from ppl_attention.numpyro.trees import log_abs_det
+
+    s = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5, 5)))
+    for single_root in (True, False):
+        def log_z(x, single_root=single_root):
+            return JaxTree(x, projective=False, single_root=single_root).log_partition.sum()
+        check_grads(log_z, (s,), order=2, modes=("fwd", "rev"), eps=1e-5)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(3, 4, 4)))
+    dx = jnp.asarray(np.random.default_rng(2).normal(size=(3, 4, 4)))
+    assert (jnp.linalg.det(x) < 0).any()
+    ours = jax.jvp(log_abs_det, (x,), (dx,))
+    theirs = jax.jvp(lambda a: jnp.linalg.slogdet(a)[1], (x,), (dx,))
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-10)
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-8)
 
 
 def test_pyro_sample_site_and_expand():
