@@ -1,7 +1,7 @@
 """Plant one fault per property of the verification matrix (a–g), per property of the monotonic
 chain (m1–m5), of device correctness (dev1, dev2), of a user's model never failing silently
 (u1–u10), of generated docs (v1), of dependency trees (t1–t5), of the structure library
-(s1–s9), of the word aligners' HMM on the chain recursion (w1, w2) and its chains' diagnostics
+(s1–s10), of the word aligners' HMM on the chain recursion (w1, w2) and its chains' diagnostics
 (w3), of structures as latent sites (l1–l7), of attention over segments and spans (g1–g3), of
 trained tables as a prior (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight
 (z1), of small length groups merged (z2) and sharing a class (z4), of the fertility sweep's
@@ -212,8 +212,13 @@ FAULTS = [
   "tests/structures/test_ctc.py"),
  # the non-projective trees' unpadded path (every row N long): one root child not imposed
  ("s8", "ppl_attention/pyro/trees.py",
-  "            lap[..., 0, :] = r  # the first row replaced by the root's weights",
+  "            lap.select(-2, 0).copy_(r)  # the first row replaced by the root's weights",
   "            pass",
+  "tests/structures/test_trees.py"),
+ # the full-row Laplacian keeping the self-arcs (PyTorch, non-projective)
+ ("s10", "ppl_attention/pyro/trees.py",
+  '        shifted.diagonal(0, -2, -1).fill_(-float("inf"))  # no self-arcs: exp gives exactly 0',
+  "        pass",
   "tests/structures/test_trees.py"),
  # the chain's path for full rows (no per-position selection) stopping one position short
  ("s9", "ppl_attention/structures/linear_chain.py",

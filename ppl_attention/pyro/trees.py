@@ -89,17 +89,19 @@ def _matrix_tree_log_partition(theta, lengths, single_root: bool, full: bool = F
     """log Z of non-projective trees by the matrix-tree theorem, ``[...]``; ``full``: every row
     is N long (no padding to mask: the same value, fewer operations)."""
     n = theta.shape[-1]
-    eye = torch.eye(n, dtype=torch.bool, device=theta.device)
     if full:
         shift = theta.detach().amax(-2)  # over the heads and the root, per word
-        A = (theta - shift.unsqueeze(-2)).exp().masked_fill(eye, 0.0)
-        r = (theta.diagonal(0, -2, -1) - shift).exp()
+        shifted = theta - shift.unsqueeze(-2)
+        r = shifted.diagonal(0, -2, -1).exp()
+        shifted.diagonal(0, -2, -1).fill_(-float("inf"))  # no self-arcs: exp gives exactly 0
+        A = shifted.exp()
         if single_root:
             lap = torch.diag_embed(A.sum(-2)) - A
-            lap[..., 0, :] = r  # the first row replaced by the root's weights
+            lap.select(-2, 0).copy_(r)  # the first row replaced by the root's weights
         else:
             lap = torch.diag_embed(A.sum(-2) + r) - A
         return torch.linalg.slogdet(lap).logabsdet + shift.sum(-1)
+    eye = torch.eye(n, dtype=torch.bool, device=theta.device)
     idx = torch.arange(n, device=theta.device)
     real = idx < lengths.unsqueeze(-1)  # [..., n]
     arc_ok = real.unsqueeze(-1) & real.unsqueeze(-2) & ~eye
@@ -142,14 +144,15 @@ class DependencyTree(TorchDistribution):
         given = lengths is not None
         if not given:
             lengths = torch.full(batch_shape, N, dtype=torch.long, device=scores.device)
-        lengths = torch.as_tensor(lengths, device=scores.device)
-        if lengths.is_floating_point() or lengths.dtype == torch.bool:
-            raise UserError(f"DependencyTree: lengths must be integers, got {lengths.dtype}")
-        try:
-            lengths = lengths.long().expand(batch_shape)
-        except RuntimeError:
-            raise UserError(f"DependencyTree: lengths of shape {list(lengths.shape)} do not "
-                            f"broadcast to the batch shape {list(batch_shape)}") from None
+        else:
+            lengths = torch.as_tensor(lengths, device=scores.device)
+            if lengths.is_floating_point() or lengths.dtype == torch.bool:
+                raise UserError(f"DependencyTree: lengths must be integers, got {lengths.dtype}")
+            try:
+                lengths = lengths.long().expand(batch_shape)
+            except RuntimeError:
+                raise UserError(f"DependencyTree: lengths of shape {list(lengths.shape)} do not "
+                                f"broadcast to the batch shape {list(batch_shape)}") from None
         checks = scores.device.type != "meta"
         shortest = N  # without lengths every row is N long
         if checks and lengths.numel() and given:
@@ -159,18 +162,19 @@ class DependencyTree(TorchDistribution):
                 raise UserError(f"DependencyTree: every length must be in 1 … N = {N}, got {bad}")
         self.projective, self.single_root = bool(projective), bool(single_root)
         self.lengths = lengths
-        idx = torch.arange(N, device=scores.device)
-        self._real = idx < lengths.unsqueeze(-1)  # [..., N]
         #: every row N long (known when the lengths have values): nothing to mask
         self._full = checks and shortest == N
-        real_arc = None if self._full else self._real.unsqueeze(-1) & self._real.unsqueeze(-2)
+        real_arc = None
+        if not self._full:
+            real = torch.arange(N, device=scores.device) < lengths.unsqueeze(-1)  # [..., N]
+            real_arc = real.unsqueeze(-1) & real.unsqueeze(-2)
         super().__init__(batch_shape, torch.Size([N]), validate_args=validate_args)
         # one reduction finds whether every score is finite and at or above log 0 (NaN fails
         # both comparisons); only if not are the real arcs' looked at, and the scores floored
         in_range = False
         if checks and scores.numel():
-            lo, hi = torch.aminmax(scores.detach())
-            in_range = bool((lo >= FLOOR) & (hi < float("inf")))
+            lo, hi = torch.stack(torch.aminmax(scores.detach())).tolist()  # one sync
+            in_range = lo >= FLOOR and hi < float("inf")
         if checks and self._validate_args and not in_range:
             bad = ~torch.isfinite(scores) if self._full else real_arc & ~torch.isfinite(scores)
             if bad.any():
@@ -189,6 +193,11 @@ class DependencyTree(TorchDistribution):
     def N(self) -> int:
         return self.event_shape[0]
 
+    @property
+    def _real(self) -> torch.Tensor:
+        """``[..., N]``: position m lies within its row's length."""
+        return torch.arange(self.N, device=self.lengths.device) < self.lengths.unsqueeze(-1)
+
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):
         return constraints.independent(constraints.integer_interval(0, self.N - 1), 1)
@@ -199,7 +208,6 @@ class DependencyTree(TorchDistribution):
         N = self.N
         new.projective, new.single_root = self.projective, self.single_root
         new.lengths = self.lengths.expand(batch_shape)
-        new._real = self._real.expand(batch_shape + (N,))
         new._full = self._full
         new.scores = self.scores.expand(batch_shape + (N, N))
         new.theta = self.theta.expand(batch_shape + (N, N))

@@ -14,7 +14,9 @@ Laplacian without its first-row replacement: caught by ``test_equals_brute_force
 t4 — Eisner's incomplete items with the arc direction swapped: caught by
 ``test_equals_brute_force[*-projective-*]`` on both backends (4 failed); t5 — the NumPyro
 log-determinant's derivative taking x⁻¹ untransposed: caught by
-``test_numpyro_marginals_are_differentiable_in_both_modes``.
+``test_numpyro_marginals_are_differentiable_in_both_modes``; s10 — the PyTorch full-row
+Laplacian summing the self-arcs in and subtracting them again (exact in real arithmetic, not
+in float32): caught by ``test_float32_when_the_root_scores_dominate``.
 """
 
 import jax
@@ -214,6 +216,24 @@ def test_float32_at_64_words_both_kinds():
         assert rel.max() < 1e-5
         assert (d32.marginals.double() - d64.marginals).abs().max() < 1e-3
         assert torch.isfinite(d32.marginals).all()
+
+
+def test_float32_when_the_root_scores_dominate():
+    """Non-projective log Z and marginals in float32 where every word's root score dwarfs its
+    arcs' (e^20 against e^±1): the Laplacian's diagonal sums the arcs alone, so nothing cancels
+    against the root's weight (planted fault s10: self-arcs summed in, then subtracted)."""
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(3, 8, 8))
+    s[:, np.arange(8), np.arange(8)] = 20.0
+    for single_root in (True, False):
+        d32 = DependencyTree(torch.tensor(s, dtype=torch.float32), projective=False,
+                             single_root=single_root)
+        d64 = DependencyTree(torch.tensor(s), projective=False, single_root=single_root)
+        assert (d32.log_partition.double() - d64.log_partition).abs().max() < 1e-4
+        assert (d32.marginals.double() - d64.marginals).abs().max() < 1e-4
+        j32 = JaxTree(np.asarray(s, np.float32), projective=False, single_root=single_root)
+        assert np.abs(np.asarray(j32.log_partition, np.float64)
+                      - d64.log_partition.numpy()).max() < 1e-4
 
 
 def test_marginals_are_differentiable_end_to_end():
