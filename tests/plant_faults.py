@@ -5,8 +5,8 @@ chain (m1–m5), of device correctness (dev1, dev2), of a user's model never fai
 (w3), of structures as latent sites (l1–l7), of attention over segments and spans (g1–g3), of
 trained tables as a prior (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight
 (z1), of small length groups merged (z2) and sharing a class (z4), of the fertility sweep's
-Rao–Blackwellized conditionals (z3), of one compiled sweep for every sweep count (z5), run the
-tests that should catch it, report, and restore the file:
+Rao–Blackwellized conditionals (z3), of one compiled sweep for every sweep count (z5), of
+chains side by side (z6), run the tests that should catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -225,6 +225,11 @@ FAULTS = [
   "                            (*steps, positions))",
   "                            (*(x[:-1] for x in steps), positions[:-1]))",
   "tests/structures/test_linear_chain.py"),
+ # chains side by side yielded in the order they were submitted, reversed
+ ("z6", "ppl_attention/numpyro/inference/word_alignment.py",
+  "                    for future in futures:\n                        yield future.result()",
+  "                    for future in futures[::-1]:\n                        yield future.result()",
+  "tests/numpyro/test_aligner_memory.py::test_chains_side_by_side_are_the_chains_one_after_another"),
  # the NumPyro log-determinant's derivative with x⁻¹ untransposed
  ("t5", "ppl_attention/numpyro/trees.py",
   '    return value, jnp.einsum("...ij,...ji->...", dx, inverse)',

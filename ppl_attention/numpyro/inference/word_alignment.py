@@ -303,15 +303,23 @@ def release(mcmc: MCMC) -> None:
 
 
 def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
-                   samples: int, thinning: int = 1, progress: bool = True):
-    """Chains of ``kernel``, one per key, one after another, each as NumPyro's ``MCMC`` runs
-    it — ``init``, then ``warmup + samples · thinning`` calls of ``sample``, every
-    ``thinning``-th state after the warm-up kept — but with the link accumulators *donated* to
-    each compiled sweep, so that a corpus's accumulators are in memory once, not twice (the
-    sweep's input and its output: 0.2 GB at 100k pairs); the sweep is traced once for all
-    chains. Yields per chain the kept draws of the state's ``z`` (``{field: [1, samples,
-    ...]}``, NumPyro's ``get_samples(group_by_chain=True)`` of one chain) and its final
-    accumulators (per class ``[n, B, S1, T]``)."""
+                   samples: int, thinning: int = 1, progress: bool = True,
+                   parallel: bool = True):
+    """Chains of ``kernel``, one per key, each as NumPyro's ``MCMC`` runs it — ``init``, then
+    ``warmup + samples · thinning`` calls of ``sample``, every ``thinning``-th state after the
+    warm-up kept — but with the link accumulators *donated* to each compiled sweep, so that a
+    chain's accumulators are in memory once, not twice (the sweep's input and its output: 0.2
+    GB at 100k pairs); the sweep is traced once for all chains. ``parallel``: the chains run
+    side by side, one thread each (JAX releases the interpreter while a sweep runs, so two
+    chains use two cores where one sweep's operations leave the second idle; every chain's
+    accumulators in memory at once), the others starting once the first chain's first sweep
+    has compiled; else one after another. The draws are the same either way: each chain has
+    its own key. Yields, in the keys' order, per chain the kept draws of the state's ``z``
+    (``{field: [1, samples, ...]}``, NumPyro's ``get_samples(group_by_chain=True)`` of one
+    chain) and its final accumulators (per class ``[n, B, S1, T]``)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     _check_counts(warmup=(warmup, 0), samples=(samples, 1), thinning=(thinning, 1))
 
     def sweep(marg, state, args, num_warmup):
@@ -320,19 +328,52 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
 
     step = jax.jit(sweep, donate_argnums=0)  # the warm-up's length traced: any sweep count
     num_warmup = jnp.asarray(warmup, jnp.int32)
-    for c, key in enumerate(keys):
-        state = kernel.init(key, warmup, None, model_args, {})
-        marg, state = state.marg, state._replace(marg=None)
-        draws = []
-        for i in progress_bar(range(warmup + samples * thinning), leave=False,
-                              desc=f"chain {c + 1}/{len(keys)}", disable=not progress):
-            marg, state = step(marg, state, model_args, num_warmup)
-            if i >= warmup and (i - warmup + 1) % thinning == 0:
-                draws.append(state.z)
+    total = warmup + samples * thinning
+    side_by_side = parallel and len(keys) > 1
+    compiled, stop = threading.Event(), threading.Event()
+    bar = progress_bar(total=total * len(keys), leave=False, disable=not progress,
+                       desc=f"{len(keys)} chains" if side_by_side else "chain 1")
+
+    def chain(c, key):
+        if c and side_by_side:
+            compiled.wait()
+        try:
+            state = kernel.init(key, warmup, None, model_args, {})
+            marg, state = state.marg, state._replace(marg=None)
+            draws = []
+            for i in range(total):
+                if stop.is_set():  # another chain failed, or the caller stopped reading
+                    return None
+                marg, state = step(marg, state, model_args, num_warmup)
+                compiled.set()
+                if i >= warmup and (i - warmup + 1) % thinning == 0:
+                    draws.append(state.z)
+                bar.update()
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            compiled.set()  # the others never wait on a chain that failed before compiling
         del state
-        yield ({name: np.stack([np.asarray(d[name]) for d in draws])[None]
-                for name in draws[0]}, marg)
-        del marg
+        return ({name: np.stack([np.asarray(d[name]) for d in draws])[None]
+                 for name in draws[0]}, marg)
+
+    try:
+        if side_by_side:
+            with ThreadPoolExecutor(len(keys), thread_name_prefix="chain") as pool:
+                futures = [pool.submit(chain, c, key) for c, key in enumerate(keys)]
+                try:
+                    for future in futures:
+                        yield future.result()
+                finally:
+                    stop.set()
+                    compiled.set()
+        else:
+            for c, key in enumerate(keys):
+                bar.set_description(f"chain {c + 1}/{len(keys)}")
+                yield chain(c, key)
+    finally:
+        bar.close()
 
 
 def posterior_mean_log_translation(spec: al.AlignerSpec, sizes: dict, data: dict, counts):
@@ -379,12 +420,13 @@ def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
               progress: bool = True, init_sweeps: int = 0, release_host: bool = False,
-              prior=None, release_compiled: bool = False) -> dict:
+              prior=None, release_compiled: bool = False, parallel_chains: bool = True) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
-    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run one after another
-    (:func:`donated_chains`), started (``init_sweeps`` > 0, IBM2 / HMM) from
-    :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are dropped once on
-    the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`);
+    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run side by side in threads (or one
+    after another, ``parallel_chains=False``: one chain's accumulators in memory at a time;
+    the same draws either way) by :func:`donated_chains`, started (``init_sweeps`` > 0, IBM2
+    / HMM) from :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are
+    dropped once on the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`);
     ``release_compiled``: JAX's in-memory compiled programs are cleared after each stage
     (IBM1, the HMM start, the chains: a fertility sweep holds about 0.3 GB at 100k pairs;
     the persistent cache brings them back in a second or two) — for a program that owns the
@@ -430,11 +472,11 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     z, per_chain, scales = [], [], []
     for c, (draws, marg) in enumerate(donated_chains(
             kernel, jax.random.split(jax.random.PRNGKey(seed), chains), model_args, warmup,
-            samples, thinning, progress)):
+            samples, thinning, progress, parallel_chains)):
         z.append(draws)
         marg = list(marg)
         scale = 1.0 / kept
-        if c < chains - 1 and marg[0].dtype == jnp.float32:  # held while the next chain runs
+        if c < chains - 1 and marg[0].dtype == jnp.float32:  # held while the others are read
             for ci in range(len(marg)):  # class by class, the float32 sums freed as we go
                 marg[ci] = _half_mean(marg[ci], scale)
             scale = 1.0
