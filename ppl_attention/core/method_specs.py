@@ -217,7 +217,8 @@ class MethodOption:
 
 
 METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
-    MethodOption("chains", int, "Markov chains, run one after another", 1),
+    MethodOption("chains", int, "Markov chains (wordalign runs them side by side, one thread "
+                 "each)", 1),
     MethodOption("warmup", int, "warm-up (burn-in) steps or sweeps per chain, discarded", 0),
     MethodOption("samples", int, "draws kept per chain (variational methods: drawn from q)", 1),
     MethodOption("thin", int, "keep every N-th sweep", 1),
