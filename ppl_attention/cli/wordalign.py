@@ -221,7 +221,8 @@ def _gibbs(wa, spec, corpus, opts, seed, prior) -> dict:
     res = wa.run_gibbs(spec, corpus, chains=opts["chains"], warmup=opts["warmup"],
                        samples=opts["samples"], thinning=opts["thin"], seed=seed,
                        track=opts["track"], init_sweeps=opts["init_sweeps"], release_host=True,
-                       prior=prior, release_compiled=True)
+                       prior=prior, release_compiled=True,
+                       parallel_chains=opts["parallel_chains"])
     if opts["chains"] > 1:
         res["diagnostics"] = {**wa.link_rhat(res["traces"]["track"]),
                               **wa.chain_diagnostics(res["traces"]["track"],

@@ -217,8 +217,9 @@ class MethodOption:
 
 
 METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
-    MethodOption("chains", int, "Markov chains (wordalign runs them side by side, one thread "
-                 "each)", 1),
+    MethodOption("chains", int, "Markov chains", 1),
+    MethodOption("parallel_chains", int, "chains run at once, one thread each (1: one after "
+                 "another, one chain's accumulators in memory at a time)", 1),
     MethodOption("warmup", int, "warm-up (burn-in) steps or sweeps per chain, discarded", 0),
     MethodOption("samples", int, "draws kept per chain (variational methods: drawn from q)", 1),
     MethodOption("thin", int, "keep every N-th sweep", 1),
@@ -321,7 +322,7 @@ GLOBAL_METHODS: dict[str, GlobalMethodSpec] = {m.name: m for m in [
                      {"train": {"chains": 4, "warmup": 200, "samples": 1000},
                       "wordalign": {"chains": 2, "warmup": PerCorpus(2500, 2),
                                     "samples": PerCorpus(2500, 2), "thin": 1, "track": 1000,
-                                    "init_sweeps": 5}},
+                                    "init_sweeps": 5, "parallel_chains": 2}},
                      kernel="Gibbs", requires="conjugate"),
     GlobalMethodSpec("vb", "mean-field variational Bayes, closed-form coordinate ascent "
                      "(conjugate aligners)", "vb",

@@ -324,7 +324,11 @@ def small(tmp_path, monkeypatch):
 REFUSALS = [
     (["--method", "gibbs", "--iterations", "5", "-f", "fwd"],
      "error: --iterations does not apply to --method gibbs (it takes --chains, --warmup, "
-     "--samples, --thin, --track, --init-sweeps)"),
+     "--samples, --thin, --track, --init-sweeps, --parallel-chains)"),
+    (["--method", "vb", "--parallel-chains", "1", "-f", "fwd"],
+     "error: --parallel-chains does not apply to --method vb (it takes --iterations, --tol)"),
+    (["--parallel-chains", "0", "-f", "fwd"],
+     "error: --parallel-chains must be ≥ 1, got 0"),
     (["--method", "vb", "--burn-in", "5", "-f", "fwd"],  # --warmup's old name, still read
      "error: --warmup does not apply to --method vb (it takes --iterations, --tol)"),
     (["--method", "vb", "--warmup", "5", "-f", "fwd"],
@@ -527,6 +531,20 @@ def test_wordalign_vb_posterior_file(vb_run):
     assert elbo[0].tolist() == pytest.approx(report["forward_elbo"])
     assert idata["posterior_reverse"]["elbo"].values[0].tolist() == pytest.approx(
         report["reverse_elbo"])
+
+
+def test_parallel_chains_one_writes_the_default_links(small, capsys):
+    """``--parallel-chains 1`` (chains one after another) writes what the default (two at
+    once) writes: the same draws."""
+    write_parallel(small / "corpus.txt", [(["a", "b"], ["x", "y"]), (["c"], ["z"]),
+                                          (["a", "c"], ["x", "z"]), (["b", "c"], ["y", "z"])] * 4)
+    base = ["wordalign", "-i", "corpus.txt", "--model", "hmm", "--chains", "3", "--warmup", "2",
+            "--samples", "3"]
+    rc, _, err = _run(base + ["-f", "one", "--parallel-chains", "1"], capsys)
+    assert rc == 0, err
+    rc, _, err = _run(base + ["-f", "two"], capsys)
+    assert rc == 0, err
+    assert (small / "one").read_text() == (small / "two").read_text()
 
 
 @pytest.mark.integration

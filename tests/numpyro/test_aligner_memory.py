@@ -89,8 +89,9 @@ def test_donated_chains_are_numpyros_mcmc():
 
 
 def test_chains_side_by_side_are_the_chains_one_after_another():
-    """``donated_chains(parallel=True)`` (threads, ``run_gibbs``'s default) yields, in the keys'
-    order, exactly what each key's chain yields alone: the same kept draws and the same final
+    """``donated_chains(parallel=2)`` (two threads, ``run_gibbs``'s default; three chains, so
+    one waits for a thread) yields, in the keys' order, exactly what each key's chain yields
+    alone: the same kept draws and the same final
     accumulators; and ``run_gibbs`` gives the same marginals and traces either way."""
     corpus, _, _ = index_pairs(parse_parallel(TEXT * 3), batch=4, multiple=4)
     sizes, data = wa.device_corpus(corpus)
@@ -99,17 +100,17 @@ def test_chains_side_by_side_are_the_chains_one_after_another():
     keys = list(jax.random.split(jax.random.PRNGKey(5), 3))
     kernel = wa.ConjugateGibbs(spec, sizes)
     both = list(wa.donated_chains(kernel, keys, (data, track), warmup=2, samples=3,
-                                  progress=False, parallel=True))
+                                  progress=False, parallel=2))
     for key, (z, marg) in zip(keys, both):
         (z1, marg1), = wa.donated_chains(kernel, [key], (data, track), warmup=2, samples=3,
-                                         progress=False, parallel=False)
+                                         progress=False, parallel=1)
         for name in z:
             np.testing.assert_array_equal(z[name], z1[name], err_msg=name)
         for got, ref in zip(marg, marg1):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
     runs = [wa.run_gibbs(al.aligner("fertility"), corpus, chains=2, warmup=1, samples=2,
                          track=4, progress=False, init_sweeps=1, parallel_chains=parallel)
-            for parallel in (True, False)]
+            for parallel in (2, 1)]
     for a, b in zip(runs[0]["marginals"], runs[1]["marginals"]):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(runs[0]["traces"]["loglik"], runs[1]["traces"]["loglik"])
@@ -137,5 +138,5 @@ def test_a_failing_chain_stops_the_chains_beside_it():
     kernel = FailsOnFirstKey(al.aligner("ibm1", alpha=0.5), sizes)
     with pytest.raises(RuntimeError, match="chain 1 failed"):
         list(wa.donated_chains(kernel, keys, (data, track), warmup=2, samples=200,
-                               progress=False, parallel=True))
+                               progress=False, parallel=2))
     assert len(started) == 2

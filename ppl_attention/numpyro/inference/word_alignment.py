@@ -304,16 +304,16 @@ def release(mcmc: MCMC) -> None:
 
 def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
                    samples: int, thinning: int = 1, progress: bool = True,
-                   parallel: bool = True):
+                   parallel: int = 2):
     """Chains of ``kernel``, one per key, each as NumPyro's ``MCMC`` runs it — ``init``, then
     ``warmup + samples · thinning`` calls of ``sample``, every ``thinning``-th state after the
     warm-up kept — but with the link accumulators *donated* to each compiled sweep, so that a
     chain's accumulators are in memory once, not twice (the sweep's input and its output: 0.2
-    GB at 100k pairs); the sweep is traced once for all chains. ``parallel``: the chains run
-    side by side, one thread each (JAX releases the interpreter while a sweep runs, so two
-    chains use two cores where one sweep's operations leave the second idle; every chain's
-    accumulators in memory at once), the others starting once the first chain's first sweep
-    has compiled; else one after another. The draws are the same either way: each chain has
+    GB at 100k pairs); the sweep is traced once for all chains. ``parallel``: how many chains
+    run at once, one thread each (JAX releases the interpreter while a sweep runs, so two
+    chains use two cores where one sweep's operations leave the second idle; the running
+    chains' accumulators in memory at once), the others starting once the first chain's first
+    sweep has compiled; 1: one after another. The draws are the same either way: each chain has
     its own key. Yields, in the keys' order, per chain the kept draws of the state's ``z``
     (``{field: [1, samples, ...]}``, NumPyro's ``get_samples(group_by_chain=True)`` of one
     chain) and its final accumulators (per class ``[n, B, S1, T]``)."""
@@ -329,7 +329,9 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
     step = jax.jit(sweep, donate_argnums=0)  # the warm-up's length traced: any sweep count
     num_warmup = jnp.asarray(warmup, jnp.int32)
     total = warmup + samples * thinning
-    side_by_side = parallel and len(keys) > 1
+    if isinstance(parallel, bool) or int(parallel) < 1:
+        raise UserError(f"parallel chains must be a positive integer, got {parallel!r}")
+    side_by_side = min(int(parallel), len(keys)) > 1
     compiled, stop = threading.Event(), threading.Event()
     bar = progress_bar(total=total * len(keys), leave=False, disable=not progress,
                        desc=f"{len(keys)} chains" if side_by_side else "chain 1")
@@ -360,7 +362,8 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
 
     try:
         if side_by_side:
-            with ThreadPoolExecutor(len(keys), thread_name_prefix="chain") as pool:
+            with ThreadPoolExecutor(min(int(parallel), len(keys)),
+                                    thread_name_prefix="chain") as pool:
                 futures = [pool.submit(chain, c, key) for c, key in enumerate(keys)]
                 try:
                     for future in futures:
@@ -420,11 +423,11 @@ def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps
 def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
               samples: int = 100, thinning: int = 1, seed: int = 0, track: int = 1000,
               progress: bool = True, init_sweeps: int = 0, release_host: bool = False,
-              prior=None, release_compiled: bool = False, parallel_chains: bool = True) -> dict:
+              prior=None, release_compiled: bool = False, parallel_chains: int = 2) -> dict:
     """``chains`` chains of :class:`ConjugateGibbs` on ``corpus`` (an
-    :class:`~ppl_attention.data.indexed.IndexedCorpus`), run side by side in threads (or one
-    after another, ``parallel_chains=False``: one chain's accumulators in memory at a time;
-    the same draws either way) by :func:`donated_chains`, started (``init_sweeps`` > 0, IBM2
+    :class:`~ppl_attention.data.indexed.IndexedCorpus`), ``parallel_chains`` at once in
+    threads (1: one after another, one chain's accumulators in memory at a time; the same
+    draws either way) by :func:`donated_chains`, started (``init_sweeps`` > 0, IBM2
     / HMM) from :func:`ibm1_start`; ``release_host``: the corpus's host batch arrays are
     dropped once on the device (:meth:`~ppl_attention.data.indexed.IndexedCorpus.release_batches`);
     ``release_compiled``: JAX's in-memory compiled programs are cleared after each stage
