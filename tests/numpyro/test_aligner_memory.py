@@ -63,14 +63,20 @@ def test_allocator_settings_stand_aside_for_the_users(monkeypatch):
     assert float(x.sum()) == float(1 << 20)
 
 
+def _small_corpus():
+    """A 12-pair corpus on the device, with 6 tracked target words: ``(corpus, sizes, data,
+    track)``."""
+    corpus, _, _ = index_pairs(parse_parallel(TEXT * 3), batch=4, multiple=4)
+    sizes, data = wa.device_corpus(corpus)
+    return corpus, sizes, data, wa._track_indices(corpus, 6, 0)
+
+
 def test_donated_chains_are_numpyros_mcmc():
     """``donated_chains`` runs the kernel as NumPyro's ``MCMC`` does: from the same key, the
     same kept draws (warm-up and thinning included) and the same final accumulators. Its
     ``samples`` are the draws *kept* (``samples · thinning`` sweeps after the warm-up, as
     ``wordalign --samples`` and ``--thin`` say); NumPyro's ``num_samples`` counts the sweeps."""
-    corpus, _, _ = index_pairs(parse_parallel(TEXT * 3), batch=4, multiple=4)
-    sizes, data = wa.device_corpus(corpus)
-    track = wa._track_indices(corpus, 6, 0)
+    corpus, sizes, data, track = _small_corpus()
     spec = al.aligner("ibm2", alpha=0.5)
     key = jax.random.PRNGKey(3)
     mcmc = wa.gibbs_chains(spec, sizes, data, track, chains=1, warmup=2, samples=3 * 2,
@@ -91,11 +97,9 @@ def test_donated_chains_are_numpyros_mcmc():
 def test_chains_side_by_side_are_the_chains_one_after_another():
     """``donated_chains(parallel=2)`` (two threads, ``run_gibbs``'s default; three chains, so
     one waits for a thread) yields, in the keys' order, exactly what each key's chain yields
-    alone: the same kept draws and the same final
-    accumulators; and ``run_gibbs`` gives the same marginals and traces either way."""
-    corpus, _, _ = index_pairs(parse_parallel(TEXT * 3), batch=4, multiple=4)
-    sizes, data = wa.device_corpus(corpus)
-    track = wa._track_indices(corpus, 6, 0)
+    alone: the same kept draws and the same final accumulators; and ``run_gibbs`` gives the
+    same marginals and traces either way."""
+    corpus, sizes, data, track = _small_corpus()
     spec = al.aligner("hmm", alpha=0.5)
     keys = list(jax.random.split(jax.random.PRNGKey(5), 3))
     kernel = wa.ConjugateGibbs(spec, sizes)
@@ -119,12 +123,10 @@ def test_chains_side_by_side_are_the_chains_one_after_another():
 def test_a_failing_chain_stops_the_chains_beside_it():
     """A chain that fails (here its ``init``, before anything compiled) raises its own error
     from ``donated_chains``; the chain beside it, waiting for the first chain's compilation,
-    is released (it stops at its next sweep) rather than left waiting forever."""
+    is released (its ``init`` runs) rather than left waiting forever, and the call returns."""
     import pytest
 
-    corpus, _, _ = index_pairs(parse_parallel(TEXT * 3), batch=4, multiple=4)
-    sizes, data = wa.device_corpus(corpus)
-    track = wa._track_indices(corpus, 6, 0)
+    corpus, sizes, data, track = _small_corpus()
     keys = list(jax.random.split(jax.random.PRNGKey(5), 2))
     started = []
 
