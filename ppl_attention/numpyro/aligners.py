@@ -362,17 +362,43 @@ def _position_logits(spec, log_theta, log_dist, b):
     return logits + log_dist[_displacement_bucket(spec, b)]
 
 
+#: the longest axis whose prefix sums :func:`_prefix_sums` takes by a triangular matmul
+PREFIX_MATMUL_MAX = 256
+
+
+def _prefix_sums(x, axis):
+    """Inclusive prefix sums of ``x`` along ``axis``: for an axis of n ≤
+    :data:`PREFIX_MATMUL_MAX`, the product with the upper-triangular ones ``[n, n]`` (one dense
+    matmul, in full float32 precision on every device; XLA's CPU cumulative sum is a
+    reduce-window of n steps, several times slower on the short axes of sentences), else
+    ``jnp.cumsum``."""
+    n = x.shape[axis]
+    if n > PREFIX_MATMUL_MAX:
+        return jnp.cumsum(x, axis)
+    tri = jnp.triu(jnp.ones((n, n), x.dtype))
+    out = jnp.tensordot(x, tri, axes=((axis,), (0,)), precision=jax.lax.Precision.HIGHEST)
+    return jnp.moveaxis(out, -1, axis)
+
+
 def _inverse_cdf(key, probs, axis):
     """One categorical draw per slice of ``probs`` along ``axis`` from one uniform each (the
     inverse CDF: far fewer random numbers than Gumbel noise on every entry)."""
-    cum = jnp.cumsum(probs, axis)
+    cum = _prefix_sums(probs, axis)
     total = jnp.take(cum, -1, axis)
     u = jax.random.uniform(key, total.shape, total.dtype) * total
     return jnp.sum(cum < jnp.expand_dims(u, axis), axis, dtype=jnp.int32).clip(
         0, probs.shape[axis] - 1)
 
 
-def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
+def _counts(totals, name, size, dtype):
+    """The running total ``totals[name]`` that a batch's counts are scattered into (the sweep's
+    loop carry, updated in place), else zeros ``[size]`` (the batch's counts alone)."""
+    if totals is not None and name in totals:
+        return totals[name]
+    return jnp.zeros(size, dtype)
+
+
+def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode, totals=None):
     logits = _position_logits(spec, log_theta, log_dist, b)
     tm = b["tgt_mask"]
     log_z = jax.nn.logsumexp(logits, 1)  # [B, T]
@@ -388,14 +414,15 @@ def _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode):
         cells = jnp.take_along_axis(b["cell"], a[:, None, :], 1)[:, 0]
         w = tm.astype(probs.dtype)
         out["align"] = jnp.where(tm, a, -1)
-        out["drawn_cells"] = jnp.zeros(n_cells, w.dtype).at[cells.ravel()].add(w.ravel())
+        out["drawn_cells"] = _counts(totals, "drawn_cells", n_cells, w.dtype).at[
+            cells.ravel()].add(w.ravel())
         if spec.n_buckets:
             bd = jnp.take_along_axis(bucket, a[:, None, :], 1)[:, 0]
             out["drawn_buckets"] = jnp.zeros(spec.n_buckets, w.dtype).at[bd.ravel()].add(
                 w.ravel())
     if mode in ("expect", "both"):
-        out["expected_cells"] = jnp.zeros(n_cells, probs.dtype).at[b["cell"].ravel()].add(
-            (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
+        out["expected_cells"] = _counts(totals, "expected_cells", n_cells, probs.dtype).at[
+            b["cell"].ravel()].add((probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
         if spec.n_buckets:
             out["expected_buckets"] = jnp.zeros(spec.n_buckets, probs.dtype).at[
                 bucket.ravel()].add(
@@ -529,21 +556,22 @@ def _hmm_sample(spec, key, fw, b, log_dist):
     return align.T, drawn
 
 
-def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode):
+def _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode, totals=None):
     fw = _hmm_forward(spec, log_theta, log_dist, b)
     tm = b["tgt_mask"]
     out = {"loglik": fw["log_z"].sum(), "token_loglik": fw["token_loglik"]}
     if mode in ("expect", "both"):
         probs, out["expected_buckets"] = _hmm_backward_marginals(spec, fw, b, log_dist)
         out["probs"] = probs
-        out["expected_cells"] = jnp.zeros(n_cells, probs.dtype).at[b["cell"].ravel()].add(
-            (probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
+        out["expected_cells"] = _counts(totals, "expected_cells", n_cells, probs.dtype).at[
+            b["cell"].ravel()].add((probs * (b["src_mask"][:, :, None] & tm[:, None, :])).ravel())
     if mode in ("draw", "both"):
         a, out["drawn_buckets"] = _hmm_sample(spec, key, fw, b, log_dist)
         cells = jnp.take_along_axis(b["cell"], jnp.maximum(a, 0)[:, None, :], 1)[:, 0]
         w = (a >= 0).astype(fw["E"].dtype)
         out["align"] = a
-        out["drawn_cells"] = jnp.zeros(n_cells, w.dtype).at[cells.ravel()].add(w.ravel())
+        out["drawn_cells"] = _counts(totals, "drawn_cells", n_cells, w.dtype).at[
+            cells.ravel()].add(w.ravel())
         if mode == "draw":  # the drawn alignment itself, one-hot (no backward pass)
             out["probs"] = jax.nn.one_hot(a, b["src"].shape[1], axis=1) * tm[:, None, :]
     return out
@@ -556,7 +584,8 @@ def _jump_log(spec, log_dist, to_pos, from_pos):
     return log_dist[_jump_bucket(spec, to_pos, from_pos)]
 
 
-def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
+def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells,
+                    totals=None):
     """One single-site Gibbs sweep over the target words of a batch, j = 0 … T − 1, every
     sentence at once, under the tables (Östling & Tiedemann 2016's model 3 without its
     collapsing). The alignment's weight is the HMM's times each source position's fertility
@@ -635,20 +664,22 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells):
     valid = buckets >= 0
     return {"align": align,
             "loglik": gain.sum() + psi_term.sum(),
-            "drawn_cells": jnp.zeros(n_cells, dt).at[cells.ravel()].add(w.ravel()),
+            "drawn_cells": _counts(totals, "drawn_cells", n_cells, dt).at[cells.ravel()].add(
+                w.ravel()),
             "drawn_buckets": jnp.zeros(spec.n_buckets, dt).at[
                 jnp.where(valid, buckets, 0).ravel()].add(valid.ravel().astype(dt)),
             "drawn_fert": (b["src"], fert_c, real_src),
             "probs": jnp.moveaxis(cond, 0, 2).astype(dt)}
 
 
-def fertility_counts(spec, drawn_fert, n_src: int, dtype=jnp.float32):
+def fertility_counts(spec, drawn_fert, n_src: int, dtype=jnp.float32, into=None):
     """``[n_src, F + 1]``: how many real source positions of each word have each fertility,
-    from :func:`_fertility_step`'s ``drawn_fert`` (source ids, fertilities, real mask)."""
+    from :func:`_fertility_step`'s ``drawn_fert`` (source ids, fertilities, real mask); added
+    to ``into`` (a running total ``[n_src, F + 1]``, updated in place) where given."""
     src, fert, real = drawn_fert
     flat = (src * spec.n_fertility + fert).ravel()
-    return jnp.zeros(n_src * spec.n_fertility, dtype).at[flat].add(
-        real.ravel().astype(dtype)).reshape(n_src, spec.n_fertility)
+    base = jnp.zeros(n_src * spec.n_fertility, dtype) if into is None else into.reshape(-1)
+    return base.at[flat].add(real.ravel().astype(base.dtype)).reshape(n_src, spec.n_fertility)
 
 
 def sample_fertility(key, spec, counts, prior=None):
@@ -665,7 +696,7 @@ MODES = ("draw", "expect", "both", "score")
 
 
 def batch_step(spec: AlignerSpec, key, log_theta, log_dist, b: dict, n_cells: int,
-               mode: str = "both", prev=None, log_psi=None) -> dict:
+               mode: str = "both", prev=None, log_psi=None, into: dict | None = None) -> dict:
     """One batch under the current tables: ``loglik`` (log p(f | e, tables), the alignments
     summed out), ``token_loglik [B, T]`` (log p(f_j | f_<j, e, tables), 0 on padding: the
     scaled forward pass's normalizers for the HMM) and ``probs [B, S1, T]`` — each target
@@ -675,17 +706,21 @@ def batch_step(spec: AlignerSpec, key, log_theta, log_dist, b: dict, n_cells: in
     [C]``, ``expected_buckets [K]``; "draw" / "both": an alignment drawn from the posterior
     (``align [B, T]``) and its counts ``drawn_cells``, ``drawn_buckets``. The fertility
     aligner draws by one single-site Gibbs sweep from ``prev`` (the batch's alignment ``[B,
-    T]``) under ``log_psi`` (:func:`_fertility_step`), "draw" only."""
+    T]``) under ``log_psi`` (:func:`_fertility_step`), "draw" only. ``into``: running totals
+    ``{"drawn_cells" | "expected_cells": [C]}`` (a sweep's loop carry) — the batch's cell
+    counts are scattered into them and returned as the new totals, in place of a fresh
+    ``[C]`` of zeros per batch and the sum of two ``[C]`` vectors after it."""
     if mode not in MODES:
         raise UserError(f"batch_step: mode must be one of {MODES}, got {mode!r}")
     if spec.kind.fertility:
         if mode != "draw" or prev is None or log_psi is None:
             raise UserError("batch_step: the fertility aligner only draws (mode 'draw'), from "
                             "the previous alignment (prev) and its fertility table (log_psi)")
-        return _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells)
+        return _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells,
+                               into)
     if prev is not None or log_psi is not None:
         raise UserError(f"batch_step: prev and log_psi are the fertility aligner's; "
                         f"{spec.model} draws every alignment afresh")
     if spec.kind.buckets == "jump":
-        return _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode)
-    return _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode)
+        return _hmm_step(spec, key, log_theta, log_dist, b, n_cells, mode, into)
+    return _independent_step(spec, key, log_theta, log_dist, b, n_cells, mode, into)

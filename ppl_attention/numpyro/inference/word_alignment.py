@@ -54,6 +54,8 @@ GibbsState = namedtuple("GibbsState", ["i", "key", "log_theta", "log_dist", "mar
                                        "align", "log_psi"], defaults=(None, None))
 
 FIELDS = ("src", "src_mask", "tgt", "tgt_mask", "cell")
+#: the ``[C]`` counts a sweep's batches scatter into its running totals (``batch_step(into=)``)
+CELL_COUNTS = ("drawn_cells", "expected_cells")
 
 
 def device_corpus(corpus, prior=None) -> tuple[dict, dict]:
@@ -114,11 +116,15 @@ def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, m
             b, k, i, before = xs
             out = al.batch_step(spec, k, log_theta, log_dist, b, C, mode,
                                 **({"prev": before, "log_psi": log_psi}
-                                   if spec.kind.fertility else {}))
+                                   if spec.kind.fertility else {}),
+                                into={name: acc[name] for name in CELL_COUNTS})
             if "drawn_fert" in out:
                 out["drawn_fert"] = al.fertility_counts(spec, out["drawn_fert"],
-                                                        sizes["n_src"], dt)
-            acc = {name: acc[name] + out[name] if name in out else acc[name] for name in acc}
+                                                        sizes["n_src"], dt,
+                                                        into=acc["drawn_fert"])
+            acc = {name: (out[name] if name in CELL_COUNTS + ("drawn_fert",)
+                          else acc[name] + out[name]) if name in out else acc[name]
+                   for name in acc}
             a = out.get("align", jnp.zeros(b["tgt"].shape, jnp.int32))
             if m is None:
                 return (acc, m), (out["probs"], a)
@@ -128,9 +134,8 @@ def _sweep(spec, key, log_theta, log_dist, sizes, data, mode: str, track=None, m
             return (acc, m), (None, a)
 
         m0 = None if marg is None else marg[ci]
-        (part, m), (p, a) = jax.lax.scan(body, ({k: v for k, v in zero.items()}, m0),
-                                         (cls, keys, jnp.arange(n), prev))
-        total = {name: total[name] + part[name] for name in total}
+        (total, m), (p, a) = jax.lax.scan(body, (total, m0),  # the totals carried on
+                                          (cls, keys, jnp.arange(n), prev))
         probs.append(p if marg is None else m)
         aligns.append(a)
         if track is not None:
