@@ -121,9 +121,9 @@ def test_chains_side_by_side_are_the_chains_one_after_another():
 
 
 def test_a_failing_chain_stops_the_chains_beside_it():
-    """A chain that fails (here its ``init``, before anything compiled) raises its own error
-    from ``donated_chains``; the chain beside it, waiting for the first chain's compilation,
-    is released (its ``init`` runs) rather than left waiting forever, and the call returns."""
+    """A chain that fails (here its ``init``, once the sweep is compiled) raises its own error
+    from ``donated_chains``; the chain beside it still starts (its ``init`` runs), stops
+    rather than running on, and the call returns."""
     import pytest
 
     corpus, sizes, data, track = _small_corpus()
@@ -132,6 +132,8 @@ def test_a_failing_chain_stops_the_chains_beside_it():
 
     class FailsOnFirstKey(wa.ConjugateGibbs):
         def init(self, rng_key, *args, **kwargs):
+            if isinstance(rng_key, jax.core.Tracer):  # the shapes the sweep compiles for
+                return super().init(rng_key, *args, **kwargs)
             started.append(rng_key)
             if np.array_equal(np.asarray(rng_key), np.asarray(keys[0])):
                 raise RuntimeError("chain 1 failed")

@@ -307,6 +307,23 @@ def release(mcmc: MCMC) -> None:
         getattr(mcmc, name, {}).clear()
 
 
+def _chain_shapes(kernel: ConjugateGibbs, key, warmup: int, model_args: tuple):
+    """The shapes of a chain's (accumulators, state without them), from its ``init`` traced
+    abstractly (nothing allocated)."""
+    state = jax.eval_shape(lambda k: kernel.init(k, warmup, None, model_args, {}), key)
+    return state.marg, state._replace(marg=None)
+
+
+def compile_ahead(fn, shapes: tuple, *args):
+    """``fn`` (a ``jax.jit``) compiled for arguments of ``shapes`` (abstract, then ``args`` as
+    they are) before any of them is allocated: XLA's compilation (or its load from the
+    persistent cache) then never holds memory beside a chain's buffers. Returns the compiled
+    program, called as ``fn``."""
+    compiled = fn.lower(*shapes, *args).compile()
+    return_free_memory()  # the compiler's freed pages, before the buffers come
+    return compiled
+
+
 def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
                    samples: int, thinning: int = 1, progress: bool = True,
                    parallel: int = 2):
@@ -314,11 +331,11 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
     ``warmup + samples · thinning`` calls of ``sample``, every ``thinning``-th state after the
     warm-up kept — but with the link accumulators *donated* to each compiled sweep, so that a
     chain's accumulators are in memory once, not twice (the sweep's input and its output: 0.2
-    GB at 100k pairs); the sweep is traced once for all chains. ``parallel``: how many chains
-    run at once, one thread each (JAX releases the interpreter while a sweep runs, so two
-    chains use two cores where one sweep's operations leave the second idle; the running
-    chains' accumulators in memory at once), the others starting once the first chain's first
-    sweep has compiled; 1: one after another. The draws are the same either way: each chain has
+    GB at 100k pairs); the sweep is compiled once for all chains, before any chain starts
+    (:func:`compile_ahead`). ``parallel``: how many chains run at once, one thread each (JAX
+    releases the interpreter while a sweep runs, so two chains use two cores where one
+    sweep's operations leave the second idle; the running chains' accumulators in memory at
+    once); 1: one after another. The draws are the same either way: each chain has
     its own key. Yields, in the keys' order, per chain the kept draws of the state's ``z``
     (``{field: [1, samples, ...]}``, NumPyro's ``get_samples(group_by_chain=True)`` of one
     chain) and its final accumulators (per class ``[n, B, S1, T]``)."""
@@ -331,19 +348,21 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
         new = kernel.sample(state._replace(marg=marg), args, {"num_warmup": num_warmup})
         return new.marg, new._replace(marg=None)
 
-    step = jax.jit(sweep, donate_argnums=0)  # the warm-up's length traced: any sweep count
-    num_warmup = jnp.asarray(warmup, jnp.int32)
-    total = warmup + samples * thinning
     if isinstance(parallel, bool) or int(parallel) < 1:
         raise UserError(f"parallel chains must be a positive integer, got {parallel!r}")
+    num_warmup = jnp.asarray(warmup, jnp.int32)
+    # the warm-up's length traced: one program for any sweep count, compiled (or loaded from
+    # the persistent cache) before any chain's accumulators exist — XLA's compilation of a
+    # corpus's sweep needs memory of its own
+    step = compile_ahead(jax.jit(sweep, donate_argnums=0), _chain_shapes(kernel, keys[0],
+                         warmup, model_args), model_args, num_warmup)
+    total = warmup + samples * thinning
     side_by_side = min(int(parallel), len(keys)) > 1
-    compiled, stop = threading.Event(), threading.Event()
+    stop = threading.Event()
     bar = progress_bar(total=total * len(keys), leave=False, disable=not progress,
                        desc=f"{len(keys)} chains" if side_by_side else "chain 1")
 
     def chain(c, key):
-        if c and side_by_side:
-            compiled.wait()
         try:
             state = kernel.init(key, warmup, None, model_args, {})
             marg, state = state.marg, state._replace(marg=None)
@@ -352,15 +371,12 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
                 if stop.is_set():  # another chain failed, or the caller stopped reading
                     return None
                 marg, state = step(marg, state, model_args, num_warmup)
-                compiled.set()
                 if i >= warmup and (i - warmup + 1) % thinning == 0:
                     draws.append(state.z)
                 bar.update()
         except BaseException:
             stop.set()
             raise
-        finally:
-            compiled.set()  # the others never wait on a chain that failed before compiling
         del state
         return ({name: np.stack([np.asarray(d[name]) for d in draws])[None]
                  for name in draws[0]}, marg)
@@ -375,7 +391,6 @@ def donated_chains(kernel: ConjugateGibbs, keys, model_args: tuple, warmup: int,
                         yield future.result()
                 finally:
                     stop.set()
-                    compiled.set()
         else:
             for c, key in enumerate(keys):
                 bar.set_description(f"chain {c + 1}/{len(keys)}")
@@ -416,9 +431,12 @@ def hmm_start(spec: al.AlignerSpec, sizes: dict, data: dict, track: list, sweeps
                      null_prior=spec.null_prior)
     kernel = ConjugateGibbs(hmm, sizes, keep_align=True)
     model_args = (data, track) + ((start,) if start is not None else ())
-    state = kernel.init(jax.random.PRNGKey(seed + 7919), sweeps - 1, None, model_args, {})
-    step = jax.jit(lambda st, args, w: kernel.sample(st, args, {"num_warmup": w}))
+    key = jax.random.PRNGKey(seed + 7919)
     num_warmup = jnp.asarray(sweeps - 1, jnp.int32)
+    shape = jax.eval_shape(lambda k: kernel.init(k, sweeps - 1, None, model_args, {}), key)
+    step = compile_ahead(jax.jit(lambda st, args, w: kernel.sample(st, args, {"num_warmup": w})),
+                         (shape,), model_args, num_warmup)
+    state = kernel.init(key, sweeps - 1, None, model_args, {})
     for _ in progress_bar(range(sweeps), leave=False, desc="HMM start", disable=not progress):
         state = step(state, model_args, num_warmup)
     align = list(state.align)
