@@ -6,7 +6,8 @@ chain (m1–m5), of device correctness (dev1, dev2), of a user's model never fai
 trained tables as a prior (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight
 (z1), of small length groups merged (z2) and sharing a class (z4), of the fertility sweep's
 Rao–Blackwellized conditionals (z3), of one compiled sweep for every sweep count (z5), of
-chains side by side (z6), run the tests that should catch it, report, and restore the file:
+chains side by side (z6), of prefix sums by a matmul (z7) and of counts scattered into a
+sweep's running totals (z8), run the tests that should catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -345,6 +346,17 @@ FAULTS = [
   "        surrogate = surrogate + term - jax.lax.stop_gradient(term)",
   "        surrogate = surrogate",
   "tests/structures/test_latent_sites.py"),
+ # the aligners' prefix sums by a triangular matmul (tests/numpyro/test_aligners.py)
+ ("z7", "ppl_attention/numpyro/aligners.py",
+  "    tri = jnp.triu(jnp.ones((n, n), x.dtype))",
+  "    tri = jnp.tril(jnp.ones((n, n), x.dtype))",
+  "tests/numpyro/test_aligners.py"),
+ # a sweep's batches scattering their counts into the running totals
+ # (tests/numpyro/test_aligners.py)
+ ("z8", "ppl_attention/numpyro/inference/word_alignment.py",
+  "                                into={name: acc[name] for name in CELL_COUNTS})",
+  "                                into={})",
+  "tests/numpyro/test_aligners.py"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:
