@@ -39,10 +39,10 @@ from ...core.progress import progress_bar
 from .. import aligners as al
 from .cache import enable_compilation_cache
 
-__all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "donated_chains", "gibbs_chains",
-           "ibm1_start", "posterior_mean_log_translation", "run_gibbs", "vb_sweeps", "run_vb",
-           "run_svb", "device_corpus", "links_from_marginals", "link_rhat",
-           "chain_diagnostics"]
+__all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "compile_ahead", "donated_chains",
+           "gibbs_chains", "ibm1_start", "posterior_mean_log_translation", "run_gibbs",
+           "vb_sweeps", "run_vb", "run_svb", "device_corpus", "links_from_marginals",
+           "link_rhat", "chain_diagnostics"]
 
 #: the most kept sweeps of an HMM chain (its link counts are int16)
 MAX_HMM_KEPT = 32767
