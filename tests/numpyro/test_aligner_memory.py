@@ -122,8 +122,8 @@ def test_chains_side_by_side_are_the_chains_one_after_another():
 
 def test_a_failing_chain_stops_the_chains_beside_it():
     """A chain that fails (here its ``init``, once the sweep is compiled) raises its own error
-    from ``donated_chains``; the chain beside it still starts (its ``init`` runs), stops
-    rather than running on, and the call returns."""
+    from ``donated_chains``; the chain beside it still starts (its ``init`` runs), and the
+    call returns rather than waiting on it."""
     import pytest
 
     corpus, sizes, data, track = _small_corpus()
