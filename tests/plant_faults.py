@@ -6,8 +6,9 @@ chain (m1–m5), of device correctness (dev1, dev2), of a user's model never fai
 trained tables as a prior (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight
 (z1), of small length groups merged (z2) and sharing a class (z4), of the fertility sweep's
 Rao–Blackwellized conditionals (z3), of one compiled sweep for every sweep count (z5), of
-chains side by side (z6), of prefix sums by a matmul (z7) and of counts scattered into a
-sweep's running totals (z8), run the tests that should catch it, report, and restore the file:
+chains side by side (z6), of prefix sums by a matmul (z7), of counts scattered into a
+sweep's running totals (z8) and of the corpus index and its best links (z9, z10), run
+the tests that should catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -357,6 +358,15 @@ FAULTS = [
   "                                into={name: acc[name] for name in CELL_COUNTS})",
   "                                into={})",
   "tests/numpyro/test_aligners.py"),
+ ("z9", "ppl_attention/data/indexed.py",
+  "        y, ym = _padded(tgt_ids, tgt_len, rows, n_rows, t, 0, 0)",
+  "        y, ym = _padded(tgt_ids, tgt_len, rows, n_rows, t + 1, 1, 0)\n"
+  "        y, ym = y[:, :-1], ym[:, :-1]",
+  "tests/data/test_corpus_index.py"),
+ ("z10", "ppl_attention/numpyro/inference/word_alignment.py",
+  "            links = list(zip((b[r, j] - 1).tolist(), j.tolist()))",
+  "            links = list(zip(b[r, j].tolist(), j.tolist()))",
+  "tests/data/test_corpus_index.py"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -270,8 +270,11 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=
     if save:
         new = tables_from_corpus(corpus, src_words, tgt_words, *res["counts"])
         res["tables"] = merge_tables(tables, new) if tables else new
-    found = wa.links_from_marginals(corpus, res.pop("marginals"), threshold, scores)
-    res["links"], res["scores"] = found if scores else (found, None)
+    if threshold is None and not scores:  # a few MiB until the sets are needed
+        res["links"], res["scores"] = wa.BestLinks.of(corpus, res.pop("marginals")), None
+    else:
+        found = wa.links_from_marginals(corpus, res.pop("marginals"), threshold, scores)
+        res["links"], res["scores"] = found if scores else (found, None)
     del corpus
     import gc
 
@@ -286,11 +289,18 @@ def _align(spec, method, opts, pairs, batch_size, seed, threshold, desc, scores=
 
 
 def cmd_wordalign(args) -> int:
-    from ..common.symmetrize import symmetrize_corpus
-    from ..core.allocator import tune_allocator
-    from ..data.pharaoh import format_pharaoh, links_of_own_line, write_pharaoh
+    from ..core.allocator import collect_at_stage_ends, tune_allocator
 
     tune_allocator()  # a corpus's sweeps leave glibc's arenas fragmented otherwise
+    with collect_at_stage_ends():  # each direction collects as it ends (_align)
+        return _wordalign(args)
+
+
+def _wordalign(args) -> int:
+    from ..common.symmetrize import symmetrize_corpus
+    from ..data.pharaoh import format_pharaoh, links_of_own_line, write_pharaoh
+    from ..numpyro.inference.word_alignment import BestLinks
+
     pairs, gold, opts, tables = check_wordalign(args)
     n_pairs = len(pairs)
     spec = _spec(args)
@@ -315,8 +325,11 @@ def cmd_wordalign(args) -> int:
     for flag in ("load", "priors", "save"):
         if getattr(args, flag):
             report[flag] = str(getattr(args, flag))
-    # kept as Pharaoh lines while the other direction runs (a tenth of the sets' memory)
-    forward_lines = [format_pharaoh(a) for a in fwd.pop("links")]
+    # held while the other direction runs: each word's best position (a few MiB), or where a
+    # threshold or scores made sets of them, Pharaoh lines (a tenth of the sets' memory)
+    forward = fwd.pop("links")
+    if not isinstance(forward, BestLinks):
+        forward = [format_pharaoh(a) for a in forward]
     if both:
         reverse_pairs = [(t, s) for s, t in pairs]
         del pairs  # the reverse direction's list holds the words now, until it is indexed
@@ -324,14 +337,22 @@ def cmd_wordalign(args) -> int:
                      args.seed + 1, args.threshold, "reverse", tables=tables.get("reverse"),
                      save=bool(args.save), consume=True)
         report["reverse_seconds"] = rev["seconds"]
-    if args.forward:  # the lines as they are, not formatted twice
-        from ..data.corpus import atomic_write_text
+    if isinstance(forward, BestLinks):
+        results = {"forward": forward.sets()}
+        if args.forward:
+            write_pharaoh(args.forward, results["forward"])
+    else:
+        if args.forward:  # the lines as they are, not formatted twice
+            from ..data.corpus import atomic_write_text
 
-        atomic_write_text(args.forward, "".join(line + "\n" for line in forward_lines))
-    results = {"forward": [links_of_own_line(line) for line in forward_lines]}
-    del forward_lines
+            atomic_write_text(args.forward, "".join(line + "\n" for line in forward))
+        results = {"forward": [links_of_own_line(line) for line in forward]}
+    del forward
     if both:
-        results["reverse"] = [{(i, j) for j, i in links} for links in rev.pop("links")]
+        reverse = rev.pop("links")
+        reverse = reverse.sets() if isinstance(reverse, BestLinks) else reverse
+        results["reverse"] = [{(i, j) for j, i in links} for links in reverse]
+        del reverse
     if args.symmetrize:
         results[args.symmetrize] = symmetrize_corpus(results["forward"], results["reverse"],
                                                      args.symmetrize)

@@ -23,30 +23,32 @@ NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 
 
 
 def _grow_diag(forward: Links, reverse: Links) -> tuple[Links, set, set]:
-    union = forward | reverse
     a = forward & reverse
+    candidates = (forward | reverse) - a  # the union's links not (yet) in A
     src = {i for i, _ in a}
     tgt = {j for _, j in a}
-    added = True
+    added = bool(candidates)
     while added:
         added = False
         for i, j in sorted(a):
             for di, dj in NEIGHBOURS:
                 link = (i + di, j + dj)
-                if link in union and link not in a and (link[0] not in src or
-                                                         link[1] not in tgt):
+                if link in candidates and (link[0] not in src or link[1] not in tgt):
                     a.add(link)
+                    candidates.discard(link)
                     src.add(link[0])
                     tgt.add(link[1])
                     added = True
+            if not candidates:
+                return a, src, tgt
     return a, src, tgt
 
 
 def _final(a: Links, src: set, tgt: set, forward: Links, reverse: Links, both: bool) -> Links:
     for direction in (forward, reverse):
-        for i, j in sorted(direction, key=lambda link: (link[1], link[0])):
+        for i, j in sorted(direction - a, key=lambda link: (link[1], link[0])):
             free = (i not in src and j not in tgt) if both else (i not in src or j not in tgt)
-            if free and (i, j) not in a:
+            if free:
                 a.add((i, j))
                 src.add(i)
                 tgt.add(j)

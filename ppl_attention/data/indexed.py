@@ -142,9 +142,34 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
     class of at least as many that holds it, if there is one."""
     if len(src) != len(tgt) or not src:
         raise UserError(f"index_corpus: {len(src)} sources and {len(tgt)} targets")
-    null = n_src
     src_len = np.array([len(s) for s in src], dtype=np.int64)
     tgt_len = np.array([len(t) for t in tgt], dtype=np.int64)
+    return _index_flat(np.concatenate(src).astype(np.int32), src_len,
+                       np.concatenate(tgt).astype(np.int32), tgt_len, n_src, n_tgt, batch,
+                       multiple, merge_below)
+
+
+def _padded(flat: np.ndarray, lengths: np.ndarray, rows: np.ndarray, n_rows: int, width: int,
+            at: int, fill: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[n_rows, width]`` ids and mask of the sentences ``rows`` (their words ``flat[offset
+    …]``, ``lengths`` long) from column ``at`` on; the rows past ``len(rows)`` filler."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    n = lengths[rows]
+    row = np.repeat(np.arange(len(rows)), n)
+    col = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    ids = np.full((n_rows, width), fill, np.int32)
+    mask = np.zeros((n_rows, width), bool)
+    ids[row, at + col] = flat[np.repeat(offsets[rows], n) + col]
+    mask[row, at + col] = True
+    return ids, mask
+
+
+def _index_flat(src_ids: np.ndarray, src_len: np.ndarray, tgt_ids: np.ndarray,
+                tgt_len: np.ndarray, n_src: int, n_tgt: int, batch: int, multiple: int,
+                merge_below: int | None) -> IndexedCorpus:
+    """:func:`index_corpus` of the pairs' ids laid end to end (``src_ids [Σ src_len]``, each
+    pair's ``src_len`` of them in turn; the targets likewise): no Python work per pair."""
+    null = n_src
     if (src_len == 0).any() or (tgt_len == 0).any():
         k = int(np.flatnonzero((src_len == 0) | (tgt_len == 0))[0])
         raise UserError(f"pair {k + 1}: an empty side")
@@ -167,17 +192,11 @@ def index_corpus(src: list[np.ndarray], tgt: list[np.ndarray], n_src: int, n_tgt
         n_b = (len(rows) + batch - 1) // batch
         B = min(batch, len(rows))
         n_rows = n_b * B
-        s = np.full((n_rows, s1), null, np.int32)
-        sm = np.zeros((n_rows, s1), bool)
-        y = np.zeros((n_rows, t), np.int32)
-        ym = np.zeros((n_rows, t), bool)
+        s, sm = _padded(src_ids, src_len, rows, n_rows, s1, 1, null)
+        sm[:len(rows), 0] = True  # NULL, in front of every real row's source
+        y, ym = _padded(tgt_ids, tgt_len, rows, n_rows, t, 0, 0)
         idx = np.full(n_rows, -1, np.int64)
-        for r, k in enumerate(rows):  # a merged group's pairs are shorter than its class
-            s[r, 1:1 + src_len[k]] = src[k]
-            sm[r, :1 + src_len[k]] = True
-            y[r, :tgt_len[k]] = tgt[k]
-            ym[r, :tgt_len[k]] = True
-            idx[r] = k
+        idx[:len(rows)] = rows
         key, real = _keys(s, sm, y, ym, n_tgt)
         keys.append(key)
         parts.append((s, sm, y, ym, idx, n_b, B, real))
@@ -210,12 +229,27 @@ def index_pairs(pairs, batch: int = 1024, multiple: int = 8, src_vocab=None, tgt
     first appearance — after ``src_vocab`` / ``tgt_vocab`` (lists of words, e.g. saved tables'),
     which keep their ids 0 … n − 1 whether the pairs use them or not; ``batch``,
     ``multiple``, ``merge_below`` as :func:`index_corpus`."""
-    src_words: dict[str, int] = {w: i for i, w in enumerate(src_vocab or ())}
-    tgt_words: dict[str, int] = {w: i for i, w in enumerate(tgt_vocab or ())}
-    src = [np.array([src_words.setdefault(w, len(src_words)) for w in s], np.int32)
-           for s, _ in pairs]
-    tgt = [np.array([tgt_words.setdefault(w, len(tgt_words)) for w in t], np.int32)
-           for _, t in pairs]
-    corpus = index_corpus(src, tgt, len(src_words), len(tgt_words), batch, multiple,
-                          merge_below)
-    return corpus, list(src_words), list(tgt_words)
+    src_ids, src_words, src_len = _word_ids([s for s, _ in pairs], src_vocab)
+    tgt_ids, tgt_words, tgt_len = _word_ids([t for _, t in pairs], tgt_vocab)
+    if not len(src_len):
+        raise UserError("index_corpus: 0 sources and 0 targets")
+    corpus = _index_flat(src_ids, src_len, tgt_ids, tgt_len, len(src_words), len(tgt_words),
+                         batch, multiple, merge_below)
+    return corpus, src_words, tgt_words
+
+
+def _word_ids(sentences: list[list[str]], vocab) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """The sentences' word ids laid end to end, the vocabulary (``vocab``'s words first, with
+    their ids 0 … n − 1, then the others in order of first appearance) and the lengths — one
+    hash table over all the words (pandas.factorize), not a dictionary lookup per word."""
+    import pandas as pd
+
+    vocab = list(vocab) if vocab is not None else []
+    lengths = np.fromiter(map(len, sentences), np.int64, len(sentences))
+    words = np.empty(len(vocab) + int(lengths.sum()), object)
+    words[:len(vocab)] = vocab
+    words[len(vocab):] = [w for s in sentences for w in s]
+    codes, uniques = pd.factorize(words, sort=False)
+    if (codes[:len(vocab)] != np.arange(len(vocab))).any():
+        raise UserError("index_pairs: the vocabulary given holds a word twice")
+    return codes[len(vocab):].astype(np.int32), list(uniques), lengths

@@ -26,6 +26,7 @@ import functools
 import time
 import warnings
 from collections import namedtuple
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +42,7 @@ from .cache import enable_compilation_cache
 
 __all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "compile_ahead", "donated_chains",
            "gibbs_chains", "ibm1_start", "posterior_mean_log_translation", "run_gibbs",
-           "vb_sweeps", "run_vb", "run_svb", "device_corpus", "links_from_marginals",
+           "vb_sweeps", "run_vb", "run_svb", "device_corpus", "links_from_marginals", "BestLinks",
            "link_rhat", "chain_diagnostics"]
 
 #: the most kept sweeps of an HMM chain (its link counts are int16)
@@ -797,6 +798,44 @@ def _elbo(spec, sizes, data, counts_c, counts_b):
         al.bucket_kl(spec, counts_b, data.get("prior"))
 
 
+@dataclass
+class BestLinks:
+    """Each target word's most probable position, per shape class (``best [rows, T]``: 0 for
+    NULL, i + 1 for source word i; ``index [rows]`` the corpus position of each row, −1 for a
+    filler row), and each pair's ``tgt_len``: a direction's links held in a few MiB until they
+    are needed as sets (:meth:`sets`), where a set per pair holds a hundred times as much."""
+
+    best: list
+    index: list
+    tgt_len: np.ndarray
+
+    @classmethod
+    def of(cls, corpus, marginals) -> BestLinks:
+        dtype = np.int16 if max(m.shape[2] for m in marginals) < 2 ** 15 else np.int32
+        best, index = [], []
+        for c, m in zip(corpus.classes, marginals):
+            n, B, S1, T = m.shape
+            best.append(np.asarray(m).reshape(n * B, S1, T).argmax(1).astype(dtype))
+            index.append(c.index.reshape(-1))
+        return cls(best, index, np.asarray(corpus.tgt_len))
+
+    def sets(self) -> list[set]:
+        """Each pair's links {(source i, target j)}, in corpus order (none for NULL)."""
+        out: list[set] = [set() for _ in range(len(self.tgt_len))]
+        for best, index in zip(self.best, self.index):
+            rows = np.flatnonzero(index >= 0)
+            b = best[rows]
+            keep = (b > 0) & (np.arange(b.shape[1])[None] < self.tgt_len[index[rows]][:, None])
+            r, j = np.nonzero(keep)  # row-major: each row's links together, by j
+            links = list(zip((b[r, j] - 1).tolist(), j.tolist()))
+            ends = np.cumsum(np.bincount(r, minlength=len(rows))).tolist()
+            start = 0
+            for k, end in zip(index[rows].tolist(), ends):
+                out[k] = set(links[start:end])
+                start = end
+        return out
+
+
 def links_from_marginals(corpus, marginals, threshold: float | None = None,
                          with_scores: bool = False):
     """Each pair's links (source i, target j), in corpus order: each target word to its most
@@ -804,6 +843,8 @@ def links_from_marginals(corpus, marginals, threshold: float | None = None,
     marginal reaches it). ``with_scores``: also each pair's link posteriors ``{(i, j): p}`` —
     every link with its marginal, and each target word left unlinked with its NULL marginal
     as ``(-1, j)`` — returned as ``(links, scores)``."""
+    if threshold is None and not with_scores:
+        return BestLinks.of(corpus, marginals).sets()
     out: list[set] = [set() for _ in range(corpus.n_pairs)]
     scores: list[dict] = [{} for _ in range(corpus.n_pairs)] if with_scores else []
     for cls, m in zip(corpus.classes, marginals):
