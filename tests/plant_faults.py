@@ -3,12 +3,12 @@ chain (m1–m5), of device correctness (dev1, dev2), of a user's model never fai
 (u1–u10), of generated docs (v1), of dependency trees (t1–t5), of the structure library
 (s1–s10), of the word aligners' HMM on the chain recursion (w1, w2) and its chains' diagnostics
 (w3), of structures as latent sites (l1–l7), of attention over segments and spans (g1–g3), of
-trained tables as a prior (k1–k3), of the fertility aligner (f1, f2), of NULL's fixed weight
-(z1), of small length groups merged (z2) and sharing a class (z4), of the fertility sweep's
-Rao–Blackwellized conditionals (z3), of one compiled sweep for every sweep count (z5), of
-chains side by side (z6), of prefix sums by a matmul (z7), of counts scattered into a
-sweep's running totals (z8) and of the corpus index and its best links (z9, z10), run
-the tests that should catch it, report, and restore the file:
+trained tables as a prior (k1–k3), of the fertility aligner (f1, f2) and its mean-field VB (f3,
+f4), of NULL's fixed weight (z1), of small length groups merged (z2) and sharing a class (z4),
+of the fertility sweep's Rao–Blackwellized conditionals (z3), of one compiled sweep for every
+sweep count (z5), of chains side by side (z6), of prefix sums by a matmul (z7), of counts
+scattered into a sweep's running totals (z8) and of the corpus index and its best links (z9,
+z10), run the tests that should catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -358,6 +358,14 @@ FAULTS = [
   "                                into={name: acc[name] for name in CELL_COUNTS})",
   "                                into={})",
   "tests/numpyro/test_aligners.py"),
+ ("f3", "ppl_attention/numpyro/aligners.py",
+  "        logits = le_j + jump_in + jump_out + jnp.where(real_col, fert, 0.0)",
+  "        logits = le_j + jump_in + jnp.where(real_col, fert, 0.0)",
+  "tests/numpyro/test_fertility_aligner.py::test_mean_field_sets_each_word_to_its_optimum"),
+ ("f4", "ppl_attention/numpyro/aligners.py",
+  "            count = count.at[..., a:].add(prefix[..., a:a + 1] * suffix[..., :F + 1 - a])",
+  "            count = count.at[..., a:a + 1].add(prefix[..., a:a + 1])",
+  "tests/numpyro/test_fertility_aligner.py::test_mean_field_sets_each_word_to_its_optimum"),
  ("z9", "ppl_attention/data/indexed.py",
   "        y, ym = _padded(tgt_ids, tgt_len, rows, n_rows, t, 0, 0)",
   "        y, ym = _padded(tgt_ids, tgt_len, rows, n_rows, t + 1, 1, 0)\n"

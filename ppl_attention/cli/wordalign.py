@@ -11,7 +11,7 @@ from pathlib import Path
 from ..core import jsonio
 from ..core.errors import UserError
 from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, at_corpus, options_help
-from ..data.aligner_tables import ALIGNER_KINDS, ALIGNERS
+from ..data.aligner_tables import ALIGNER_KINDS, ALIGNERS, default_aligner
 
 #: the methods ``wordalign`` runs and the options each takes, with their defaults: the one
 #: method registry's (:data:`~ppl_attention.core.method_specs.GLOBAL_METHODS`, the same
@@ -29,9 +29,9 @@ def add_parsers(sub) -> None:
                        "write Pharaoh links", description=__doc__.splitlines()[0])
     p.add_argument("-i", "--input", required=True, help="parallel text, 'source ||| target' "
                    "per line (UTF-8, space-separated tokens)")
-    p.add_argument("--model", choices=ALIGNERS, help="default hmm; fertility: the HMM's "
-                   "jumps times a fertility table per source word (eflomal's -m 3; gibbs "
-                   "only, started from the HMM); with --load, the tables' model")
+    p.add_argument("--model", choices=ALIGNERS, help="default fertility (eflomal's default, "
+                   "its -m 3: the HMM's jumps times a fertility table per source word, started "
+                   "from the HMM; by gibbs or vb), hmm for svb; with --load, the tables' model")
     p.add_argument("--method", default="gibbs", choices=list(METHODS),
                    help="; ".join(f"{n}: {m.description}" for n, m in METHODS.items()))
     p.add_argument("-f", "--forward", help="write the forward links (each target word to a "
@@ -108,9 +108,10 @@ def _writable(path, what):
 #: direction's precision to eflomal's, where a learned NULL bucket links too many words
 #: (docs/results.md)
 NULL_PRIOR = 0.2
-#: the aligner's options and their defaults (``--load``: the tables' instead; ``null_prior``:
-#: :data:`NULL_PRIOR` for an aligner with a NULL bucket, 0 for IBM1)
-SPEC_DEFAULTS = {"model": "hmm", "alpha": 0.01, "gamma": 1.0, "max_jump": 8,
+#: the aligner's options and their defaults (``--load``: the tables' instead; ``model``: the
+#: first of :data:`~ppl_attention.data.aligner_tables.DEFAULT_ALIGNERS` the method runs;
+#: ``null_prior``: :data:`NULL_PRIOR` for an aligner with a NULL bucket, 0 for IBM1)
+SPEC_DEFAULTS = {"model": None, "alpha": 0.01, "gamma": 1.0, "max_jump": 8,
                  "null_prior": NULL_PRIOR}
 
 
@@ -145,6 +146,8 @@ def _resolve_tables(args) -> tuple[dict | None, int]:
         trained = saved.meta.get("n_pairs")
         return saved.directions, trained if isinstance(trained, int) and trained > 0 else 0
     null_given = args.null_prior is not None
+    if args.model is None:
+        args.model = default_aligner(args.method)
     for k, v in SPEC_DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -176,7 +179,7 @@ def check_wordalign(args):
     _spec(args)
     if args.method not in ALIGNER_KINDS[args.model].methods:
         raise UserError(f"--model {args.model} runs by "
-                        f"{', '.join(ALIGNER_KINDS[args.model].methods)}, not --method "
+                        f"{' or '.join(ALIGNER_KINDS[args.model].methods)}, not --method "
                         f"{args.method}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")

@@ -36,7 +36,7 @@ from ..core.errors import DataError, UserError
 __all__ = ["DirectionTables", "SavedTables", "NULL_WORD", "FORMAT", "save_tables",
            "load_tables", "read_eflomal_priors", "eflomal_priors_text", "prior_for_corpus",
            "tables_from_corpus", "merge_tables", "ALIGNERS", "ALIGNER_KINDS", "AlignerKind",
-           "n_buckets"]
+           "n_buckets", "DEFAULT_ALIGNERS", "default_aligner"]
 
 FORMAT = "ppl-attention wordalign tables"
 VERSION = 1
@@ -67,10 +67,21 @@ ALIGNER_KINDS = {k.name: k for k in [
     AlignerKind("ibm1", "none", False, True, ("gibbs", "vb", "svb")),
     AlignerKind("ibm2", "displacement", False, True, ("gibbs", "vb", "svb")),
     AlignerKind("hmm", "jump", False, False, ("gibbs", "vb", "svb")),
-    AlignerKind("fertility", "jump", True, True, ("gibbs",)),
+    AlignerKind("fertility", "jump", True, True, ("gibbs", "vb")),
 ]}
 #: the aligners' names
 ALIGNERS = tuple(ALIGNER_KINDS)
+#: the aligner ``wordalign`` runs when none is named: the first of these that its method runs
+#: (the fertility aligner, as eflomal's default is its model 3; the HMM for svb)
+DEFAULT_ALIGNERS = ("fertility", "hmm")
+
+
+def default_aligner(method: str) -> str:
+    """The first of :data:`DEFAULT_ALIGNERS` whose kind declares ``method``."""
+    for name in DEFAULT_ALIGNERS:
+        if method in ALIGNER_KINDS[name].methods:
+            return name
+    raise UserError(f"no aligner runs by {method!r}")
 
 
 def n_buckets(model: str, max_jump: int) -> int:

@@ -56,7 +56,8 @@ __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_tran
            "expected_log_translation",
            "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
            "batch_step", "uniform_tables", "TablePrior", "posterior_mean_log_translation",
-           "posterior_mean_log_buckets", "fertility_counts", "sample_fertility", "ALIGNER_KINDS"]
+           "posterior_mean_log_buckets", "fertility_counts", "sample_fertility", "ALIGNER_KINDS",
+           "expected_log_fertility", "fertility_kl", "LOG_PAST_F"]
 
 NEG = LOG_ZERO
 
@@ -670,6 +671,134 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells,
                 jnp.where(valid, buckets, 0).ravel()].add(valid.ravel().astype(dt)),
             "drawn_fert": (b["src"], fert_c, real_src),
             "probs": jnp.moveaxis(cond, 0, 2).astype(dt)}
+
+
+#: log of the fertility factor's relaxation past F in mean-field VB (:func:`_fertility_mean_field`):
+#: ψ̃(n) = ψ(F) · e^LOG_PAST_F for n > F, where the Gibbs sampler's ψ(n) is 0 — a factorized q
+#: puts some mass on every fertility, and log 0 would make every expectation −∞
+LOG_PAST_F = -30.0
+
+
+def _fertility_add(P, p):
+    """The distribution ``[..., F + 2]`` (fertilities 0 … F, then "more than F") of a count
+    given by ``P`` plus one Bernoulli(``p [...]``) link."""
+    shifted = jnp.concatenate([jnp.zeros_like(P[..., :1]), P[..., :-1]], -1)
+    new = P * (1 - p)[..., None] + shifted * p[..., None]
+    return new.at[..., -1].add(P[..., -1] * p)
+
+
+def expected_log_fertility(spec, counts, prior=None):
+    """E_q[log ψ_e(n)] ``[n_src, F + 1]`` under q(ψ_e) = Dirichlet(β + p_e + n̄_e)."""
+    a = _fertility_prior(spec, counts, prior) + counts
+    return digamma(a) - digamma(a.sum(-1, keepdims=True))
+
+
+def _fertility_prior(spec, counts, prior):
+    if prior is not None and prior.fertility is not None and prior.fertility.shape[-1]:
+        return spec.beta + prior.fertility.astype(counts.dtype)
+    return spec.beta * jnp.ones_like(counts)
+
+
+def fertility_kl(spec, counts, prior=None):
+    """Σ_e KL(Dirichlet(β + p_e + n̄_e) ‖ Dirichlet(β + p_e)) over the fertility rows."""
+    a0 = _fertility_prior(spec, counts, prior)
+    a = a0 + counts
+    return (gammaln(a.sum(-1)) - gammaln(a0.sum(-1)) - (gammaln(a) - gammaln(a0)).sum(-1)
+            + (counts * (digamma(a) - digamma(a.sum(-1, keepdims=True)))).sum(-1)).sum()
+
+
+def _fertility_mean_field(spec, log_theta, log_dist, log_psi, b, q_prev, n_cells, totals):
+    """One coordinate-ascent sweep of mean-field VB for the fertility aligner over a batch:
+    q(a) = Π_j q_j(a_j) per sentence, each q_j set in turn (j = 0 … T − 1) to its optimum
+    given the others and the tables' expectations (``log_theta``, ``log_dist``, ``log_psi``
+    are E_q[log θ], E_q[log φ], E_q[log ψ]):
+
+        log q_j(i) = E log θ_{e_i}(f_j) + E_{q−j}[log φ_{b(i − m_j)}] + E_{q−j}[log φ_{b(k − i)}]
+                     + E_{q−j}[log ψ̃_{e_i}(n_i^{−j} + 1) − log ψ̃_{e_i}(n_i^{−j})] + const,
+
+    the same terms as the Gibbs sampler's conditional (:func:`_fertility_step`), averaged over
+    the others' q: m_j, the last real link before j, has the distribution the updated q_<j
+    give (carried forward), k, the next real link after j, the one the previous sweep's q_>j
+    give (a reverse scan); NULL's term is its weight plus the jump from m_j to k; the count
+    n_i^{−j} is a sum of Bernoullis (its distribution over 0 … F and "more": this sweep's
+    q_<j convolved with the previous sweep's q_>j). ψ̃ is ψ with fertilities past F at
+    ψ(F)·e^:data:`LOG_PAST_F` instead of 0. ``q_prev [B, S1, T]``: the previous sweep's q
+    (0 on padding). Returns ``probs`` (the new q), the expected counts ``expected_cells``
+    (added to ``totals``), ``expected_buckets [K]``, ``expected_fert`` (source ids, ``[B,
+    S1, F + 1]`` expected fertility counts — past F counted at F —, real mask) and
+    ``loglik``: E_q[log w̃(a)] + H(q), the batch's part of the ELBO."""
+    le = _emission(log_theta, b)  # [B, S1, T]
+    B, S1, T = le.shape
+    tm, sm = b["tgt_mask"], b["src_mask"]
+    F = spec.max_fertility
+    dt = le.dtype
+    pos = jnp.arange(S1) - 1
+    real_col = (pos >= 0)[None] & sm  # [B, S1]: the real source positions
+    into = jnp.where(pos[None] >= 0, _jump_log(spec, log_dist, pos[None], pos[:, None]),
+                     log_dist[spec.null_bucket])  # [m, c]: into column c from memory m
+    out_of = jnp.where((pos >= 0)[:, None],
+                       _jump_log(spec, log_dist, pos[:, None], pos[None]), 0.0)  # [k, c]
+    psi = log_psi[b["src"]]  # [B, S1, F + 1]
+    # g(n) = E log ψ̃(n + 1) − E log ψ̃(n), n = 0 … F, "more"
+    gain = jnp.concatenate([psi[..., 1:] - psi[..., :-1],
+                            jnp.full((B, S1, 1), LOG_PAST_F, dt), jnp.zeros((B, S1, 1), dt)],
+                           -1)
+    q_prev = jnp.where(tm[:, None, :], q_prev, 0.0)
+    q_real = jnp.where(real_col[:, :, None], q_prev, 0.0)
+    none = jax.nn.one_hot(jnp.zeros(B, jnp.int32), S1, dtype=dt)
+    empty = jnp.zeros((B, S1, F + 2), dt).at[..., 0].set(1.0)
+
+    def after(carry, q_j):  # reverse: the next real link and the count after each j
+        nxt, count = carry
+        q0 = q_j[:, :1]
+        nxt_here = jnp.where(jnp.arange(S1)[None] >= 1, q_j + q0 * nxt, q0 * nxt)
+        return (nxt_here, _fertility_add(count, q_j * (jnp.arange(S1)[None] >= 1))), \
+            (nxt, count)
+
+    # q_prev with padded target words as NULL links: they pass the memory on
+    q_pass = jnp.where(tm[:, None, :], q_real.at[:, 0].set(q_prev[:, 0]),
+                       jax.nn.one_hot(jnp.zeros((B, T), jnp.int32), S1, axis=1, dtype=dt))
+    _, (nxt_all, suffix_all) = jax.lax.scan(after, (none, empty), jnp.moveaxis(q_pass, 2, 0),
+                                            reverse=True)
+
+    def step(carry, xs):
+        mem, prefix, pairs = carry
+        le_j, nxt, suffix, real_j = xs
+        jump_in = mem @ into  # [B, S1]
+        null_out = (nxt[:, 1:] * jump_in[:, 1:]).sum(-1)
+        jump_out = jnp.where(pos[None] >= 0, nxt @ out_of, null_out[:, None])
+        count = jnp.zeros((B, S1, F + 1), dt)
+        for a in range(F + 1):  # the count's distribution over 0 … F: prefix ⊛ suffix
+            count = count.at[..., a:].add(prefix[..., a:a + 1] * suffix[..., :F + 1 - a])
+        fert = (count * gain[..., :F + 1]).sum(-1)
+        logits = le_j + jump_in + jump_out + jnp.where(real_col, fert, 0.0)
+        logits = jnp.where(sm, logits, NEG)
+        q = jnp.where(real_j[:, None], jax.nn.softmax(logits, -1), 0.0)
+        local = (q * jnp.where(sm, le_j + jump_in, 0.0)).sum() - \
+            jnp.where(q > 0, q * jnp.log(jnp.where(q > 0, q, 1.0)), 0.0).sum()
+        q0 = jnp.where(real_j, q[:, 0], 1.0)[:, None]
+        real_q = q * (jnp.arange(S1)[None] >= 1)
+        pairs = pairs + mem.T @ real_q  # [m, c]: Σ μ_j(m) q_j(c), the jumps' expected counts
+        return (mem * q0 + real_q, _fertility_add(prefix, real_q), pairs), (q, local)
+
+    (_, count, pairs), (q, local) = jax.lax.scan(
+        step, (none, empty, jnp.zeros((S1, S1), dt)),
+        (jnp.moveaxis(le, 2, 0), nxt_all, suffix_all, tm.T))
+    q = jnp.moveaxis(q, 0, 2)  # [B, S1, T]
+    nulls = q[:, 0].sum()
+    bucket = _jump_bucket(spec, pos[None], pos[:, None])  # [m, c]
+    buckets = jnp.zeros(spec.n_buckets, dt).at[bucket[:, 1:].ravel()].add(
+        pairs[:, 1:].ravel()).at[spec.null_bucket].add(nulls)
+    # the counts' final distributions: E log ψ̃ of each real source position
+    fert_dist = jnp.concatenate([count[..., :F], count[..., F:].sum(-1, keepdims=True)], -1)
+    psi_term = (count[..., :F + 1] * psi).sum(-1) + count[..., F + 1] * (psi[..., F] + LOG_PAST_F)
+    real = sm[:, :, None] & tm[:, None, :]
+    return {"probs": q,
+            "loglik": local.sum() + jnp.where(real_col, psi_term, 0.0).sum(),
+            "expected_cells": _counts(totals, "expected_cells", n_cells, dt).at[
+                b["cell"].ravel()].add(jnp.where(real, q, 0.0).ravel()),
+            "expected_buckets": buckets,
+            "expected_fert": (b["src"], fert_dist, real_col)}
 
 
 def fertility_counts(spec, drawn_fert, n_src: int, dtype=jnp.float32, into=None):

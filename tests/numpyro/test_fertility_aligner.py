@@ -157,3 +157,100 @@ def test_fertility_needs_its_previous_alignment():
         al.batch_step(al.aligner("hmm"), jax.random.PRNGKey(0), jnp.asarray(log_theta),
                       jnp.asarray(log_dist[:4]), b, B * S1 * T, "draw",
                       prev=jnp.zeros((B, T), jnp.int32))
+
+
+# --- mean-field VB -----------------------------------------------------------------------------
+
+def _relaxed_log_weight(r, a, cell, log_theta, log_dist, log_psi):
+    """log w̃(a) of sentence r's alignment a, written out from the model: w(a) with a fertility
+    n > F weighted ψ(F)·e^LOG_PAST_F (mean-field VB's relaxation) instead of 0."""
+    D, F = SPEC.max_jump, SPEC.max_fertility
+    total, memory = 0.0, -1
+    for j, i in enumerate(a):
+        total += log_theta[cell[r, i, j]]
+        if i == 0:
+            total += log_dist[SPEC.null_bucket]
+        else:
+            total += log_dist[min(max(i - 1 - memory, -D), D) + D]
+            memory = i - 1
+    for i in range(1, int(SRC_MASK[r].sum())):
+        n = sum(1 for x in a if x == i)
+        total += log_psi[SRC[r, i], min(n, F)] + (al.LOG_PAST_F if n > F else 0.0)
+    return total
+
+
+def _random_q(seed):
+    """A factorized q over each real target word's NULL and real source positions [B, S1, T]."""
+    rng = np.random.default_rng(seed)
+    q = np.zeros((B, S1, T))
+    for r in range(B):
+        S, Tr = int(SRC_MASK[r].sum()), int(TGT_MASK[r].sum())
+        q[r, :S, :Tr] = rng.dirichlet(np.ones(S), size=Tr).T
+    return q
+
+
+def _mean_field(tables, q_prev):
+    b, _, log_theta, log_dist, log_psi = tables
+    C = B * S1 * T
+    return jax.jit(lambda q: al._fertility_mean_field(
+        SPEC, jnp.asarray(log_theta, jnp.float32), jnp.asarray(log_dist, jnp.float32),
+        jnp.asarray(log_psi, jnp.float32), b, q, C, None))(jnp.asarray(q_prev, jnp.float32))
+
+
+def test_mean_field_sets_each_word_to_its_optimum():
+    """Each q_j the sweep sets is softmax_i E[log w̃(a) | a_j = i] over the other words' q —
+    the words before j at their new q, those after at the previous one — by enumeration."""
+    tables = _tables(4)
+    _, cell, log_theta, log_dist, log_psi = tables
+    q_prev = _random_q(5)
+    q_new = np.asarray(_mean_field(tables, q_prev)["probs"], np.float64)
+    for r in range(B):
+        S, Tr = int(SRC_MASK[r].sum()), int(TGT_MASK[r].sum())
+        assert (q_new[r, S:] == 0).all() and (q_new[r, :, Tr:] == 0).all()
+        for j in range(Tr):
+            q_other = [q_new[r, :S, k] if k < j else q_prev[r, :S, k] for k in range(Tr)]
+            expect = np.zeros(S)
+            for rest in itertools.product(range(S), repeat=Tr - 1):
+                p = np.prod([q_other[k][x] for k, x in zip([k for k in range(Tr) if k != j],
+                                                            rest)])
+                for i in range(S):
+                    a = list(rest[:j]) + [i] + list(rest[j:])
+                    expect[i] += p * _relaxed_log_weight(r, a, cell, log_theta, log_dist,
+                                                         log_psi)
+            want = np.exp(expect - expect.max())
+            np.testing.assert_allclose(q_new[r, :S, j], want / want.sum(), atol=2e-5)
+
+
+def test_mean_field_expectations_and_elbo_term_are_the_enumerated_ones():
+    """The sweep's ``loglik`` is E_q[log w̃(a)] + H(q) under the q it returns, and its expected
+    cell, bucket and fertility counts are those of that q — every alignment enumerated."""
+    tables = _tables(6)
+    _, cell, log_theta, log_dist, log_psi = tables
+    out = _mean_field(tables, _random_q(7))
+    q = np.asarray(out["probs"], np.float64)
+    D, F = SPEC.max_jump, SPEC.max_fertility
+    elbo, cells = 0.0, np.zeros(B * S1 * T)
+    buckets, fert = np.zeros(SPEC.n_buckets), np.zeros((10, SPEC.n_fertility))
+    for r in range(B):
+        S, Tr = int(SRC_MASK[r].sum()), int(TGT_MASK[r].sum())
+        for a in itertools.product(range(S), repeat=Tr):
+            p = np.prod([q[r, i, j] for j, i in enumerate(a)])
+            elbo += p * (_relaxed_log_weight(r, a, cell, log_theta, log_dist, log_psi)
+                         - np.log(p))
+            memory = -1
+            for j, i in enumerate(a):
+                cells[cell[r, i, j]] += p
+                if i == 0:
+                    buckets[SPEC.null_bucket] += p
+                else:
+                    buckets[min(max(i - 1 - memory, -D), D) + D] += p
+                    memory = i - 1
+            for i in range(1, S):
+                fert[SRC[r, i], min(sum(1 for x in a if x == i), F)] += p
+    np.testing.assert_allclose(float(out["loglik"]), elbo, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(out["expected_cells"]), cells, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out["expected_buckets"]), buckets, atol=1e-5)
+    src, dist, real = (np.asarray(x) for x in out["expected_fert"])
+    got = np.zeros((10, SPEC.n_fertility))
+    np.add.at(got, src[real], dist[real])
+    np.testing.assert_allclose(got, fert, atol=1e-5)

@@ -164,7 +164,8 @@ def test_vb_elbo_never_decreases(name):
     spec = al.aligner(name, alpha=0.05, gamma=0.5, max_jump=2)
     res = wa.run_vb(spec, corpus, iterations=25, tol=0.0, progress=False)
     elbo = np.asarray(res["elbo"])
-    assert len(elbo) >= 10  # (it stops early only where two sweeps give the same ELBO)
+    # it stops early only where two sweeps give the same ELBO
+    assert len(elbo) >= 10 or elbo[-1] == elbo[-2]
     assert np.all(np.diff(elbo) >= -1e-5 * np.abs(elbo[1:])), np.diff(elbo).min()
     assert elbo[-1] > elbo[0] + 1.0  # it moved
 

@@ -42,8 +42,8 @@ from .cache import enable_compilation_cache
 
 __all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "compile_ahead", "donated_chains",
            "gibbs_chains", "ibm1_start", "posterior_mean_log_translation", "run_gibbs",
-           "vb_sweeps", "run_vb", "run_svb", "device_corpus", "links_from_marginals", "BestLinks",
-           "link_rhat", "chain_diagnostics"]
+           "vb_sweeps", "fertility_vb", "run_vb", "run_svb", "device_corpus",
+           "links_from_marginals", "BestLinks", "link_rhat", "chain_diagnostics"]
 
 #: the most kept sweeps of an HMM chain (its link counts are int16)
 MAX_HMM_KEPT = 32767
@@ -260,7 +260,7 @@ def _track_indices(corpus, n_track: int, seed: int):
 
 def _check_method(spec: al.AlignerSpec, method: str) -> None:
     if method not in spec.kind.methods:
-        raise UserError(f"the {spec.model} aligner runs by {', '.join(spec.kind.methods)}, "
+        raise UserError(f"the {spec.model} aligner runs by {' or '.join(spec.kind.methods)}, "
                         f"not {method}")
 
 
@@ -701,6 +701,8 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
     q(δ) = Dirichlet(γ + bucket counts)."""
     _check_counts(iterations=(iterations, 1))
     _check_method(spec, "vb")
+    if spec.kind.fertility:
+        return fertility_vb(spec, sizes, data, iterations, tol, progress, marginals)
     counts_c = jnp.zeros(sizes["n_cells"], jnp.float32)
     counts_b = jnp.zeros(spec.n_buckets, jnp.float32)
 
@@ -726,6 +728,78 @@ def vb_sweeps(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 5
     bar.close()
     return {"marginals": [np.asarray(p) for p in probs] if marginals else None, "elbo": elbo,
             "counts": (np.asarray(counts_c), np.asarray(counts_b))}
+
+
+def _fertility_vb_sweep(spec, sizes, data, counts, q):
+    """One mean-field sweep of the fertility aligner over the corpus
+    (:func:`~ppl_attention.numpyro.aligners._fertility_mean_field` batch by batch) under the
+    expectations of the tables' q given ``counts`` (cells, buckets, fertilities): the new q
+    per class ``[n, B, S1, T]``, the new expected counts and the ELBO of the q it started
+    from's tables and the new local q."""
+    counts_c, counts_b, counts_f = counts
+    prior = data.get("prior")
+    lt = _translation(al.expected_log_translation, spec, counts_c, sizes, data)
+    ld = al.expected_log_buckets(spec, counts_b, prior)
+    lpsi = al.expected_log_fertility(spec, counts_f, prior)
+    C, dt = sizes["n_cells"], lt.dtype
+    acc = {"expected_cells": jnp.zeros(C, dt), "expected_buckets": jnp.zeros(spec.n_buckets, dt),
+           "expected_fert": jnp.zeros((sizes["n_src"], spec.n_fertility), dt),
+           "loglik": jnp.zeros((), dt)}
+    new_q = []
+    for cls, q_cls in zip(data["classes"], q):
+        def body(acc, xs):
+            b, q_b = xs
+            out = al._fertility_mean_field(spec, lt, ld, lpsi, b, q_b, C,
+                                           {"expected_cells": acc["expected_cells"]})
+            src, dist, real = out["expected_fert"]
+            fert = acc["expected_fert"].at[src.ravel()].add(
+                jnp.where(real[..., None], dist, 0.0).reshape(-1, spec.n_fertility))
+            return {"expected_cells": out["expected_cells"], "expected_fert": fert,
+                    "expected_buckets": acc["expected_buckets"] + out["expected_buckets"],
+                    "loglik": acc["loglik"] + out["loglik"]}, out["probs"]
+
+        acc, q_new = jax.lax.scan(body, acc, (cls, q_cls))
+        new_q.append(q_new)
+    elbo = acc["loglik"] - _translation(al.translation_kl, spec, counts_c, sizes, data) - \
+        al.bucket_kl(spec, counts_b, prior) - al.fertility_kl(spec, counts_f, prior)
+    return new_q, (acc["expected_cells"], acc["expected_buckets"], acc["expected_fert"]), elbo
+
+
+def fertility_vb(spec: al.AlignerSpec, sizes: dict, data: dict, iterations: int = 50,
+                 tol: float = 1e-6, progress: bool = True, marginals: bool = True) -> dict:
+    """Mean-field VB for the fertility aligner: q(θ) q(φ) q(ψ) Π_j q(a_j), started — as
+    eflomal starts its model 3 from its HMM — from ``max(2, iterations // 4)`` sweeps of the
+    HMM's VB (its link marginals the first q(a_j), its expected counts the tables' first q),
+    then coordinate ascent (:func:`_fertility_vb_sweep`) to convergence (relative ELBO change
+    below ``tol``) or ``iterations`` sweeps. Each step maximizes the ELBO of the relaxed
+    model (fertilities past F weighted e^LOG_PAST_F, not 0) in one factor, so the ELBO never
+    falls. Returns as :func:`vb_sweeps`, ``counts`` with the expected fertility counts
+    ``[n_src, F + 1]`` third and ``elbo`` the fertility sweeps' (the HMM start's in
+    ``start_elbo``)."""
+    hmm = al.aligner("hmm", alpha=spec.alpha, gamma=spec.gamma, max_jump=spec.max_jump,
+                     null_prior=spec.null_prior)
+    start = vb_sweeps(hmm, sizes, data, max(2, iterations // 4), tol=0.0, progress=progress)
+    q = [jnp.asarray(m) for m in start["marginals"]]
+    del start["marginals"]
+    counts = (jnp.asarray(start["counts"][0]), jnp.asarray(start["counts"][1]),
+              jnp.zeros((sizes["n_src"], spec.n_fertility), jnp.float32))
+    sweep = jax.jit(lambda counts, q, data: _fertility_vb_sweep(spec, sizes, data, counts, q),
+                    donate_argnums=1)
+    elbo = []
+    bar = progress_bar(range(iterations), desc="vb fertility", unit="sweep",
+                       disable=not progress)
+    for _ in bar:
+        q, counts, value = sweep(counts, q, data)
+        elbo.append(float(value))
+        if not np.isfinite(elbo[-1]):
+            raise FloatingPointError(f"vb fertility: the ELBO is {elbo[-1]} at sweep "
+                                     f"{len(elbo)}")
+        bar.set_postfix(elbo=f"{elbo[-1]:.1f}")
+        if len(elbo) > 1 and abs(elbo[-1] - elbo[-2]) <= tol * abs(elbo[-2]):
+            break
+    bar.close()
+    return {"marginals": [np.asarray(m) for m in q] if marginals else None, "elbo": elbo,
+            "start_elbo": start["elbo"], "counts": tuple(np.asarray(c) for c in counts)}
 
 
 def run_vb(spec: al.AlignerSpec, corpus, iterations: int = 50, tol: float = 1e-6,
