@@ -743,6 +743,9 @@ def _fertility_mean_field(spec, log_theta, log_dist, log_psi, b, q_prev, n_cells
     gain = jnp.concatenate([psi[..., 1:] - psi[..., :-1],
                             jnp.full((B, S1, 1), LOG_PAST_F, dt), jnp.zeros((B, S1, 1), dt)],
                            -1)
+    # hankel[..., a, c] = g(a + c): the gain of a count a before j and c after it (0: more)
+    at = jnp.minimum(jnp.arange(F + 1)[:, None] + jnp.arange(F + 2)[None], F + 1)
+    hankel = gain[..., at]  # [B, S1, F + 1, F + 2]
     q_prev = jnp.where(tm[:, None, :], q_prev, 0.0)
     q_real = jnp.where(real_col[:, :, None], q_prev, 0.0)
     none = jax.nn.one_hot(jnp.zeros(B, jnp.int32), S1, dtype=dt)
@@ -767,10 +770,8 @@ def _fertility_mean_field(spec, log_theta, log_dist, log_psi, b, q_prev, n_cells
         jump_in = mem @ into  # [B, S1]
         null_out = (nxt[:, 1:] * jump_in[:, 1:]).sum(-1)
         jump_out = jnp.where(pos[None] >= 0, nxt @ out_of, null_out[:, None])
-        count = jnp.zeros((B, S1, F + 1), dt)
-        for a in range(F + 1):  # the count's distribution over 0 … F: prefix ⊛ suffix
-            count = count.at[..., a:].add(prefix[..., a:a + 1] * suffix[..., :F + 1 - a])
-        fert = (count * gain[..., :F + 1]).sum(-1)
+        # E g(a + c), a the count before j (prefix), c after it (suffix): "more" gains 0
+        fert = ((prefix[..., :F + 1, None] * hankel).sum(-2) * suffix).sum(-1)
         logits = le_j + jump_in + jump_out + jnp.where(real_col, fert, 0.0)
         logits = jnp.where(sm, logits, NEG)
         q = jnp.where(real_j[:, None], jax.nn.softmax(logits, -1), 0.0)
