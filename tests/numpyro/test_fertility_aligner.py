@@ -46,8 +46,10 @@ def _tables(seed=0):
     return b, cell, log_theta, log_dist, log_psi
 
 
-def _log_weight(r, a, cell, log_theta, log_dist, log_psi):
-    """log w(a) of sentence r's alignment a (S1 indices), written out from the model."""
+def _log_weight(r, a, cell, log_theta, log_dist, log_psi, relaxed=False):
+    """log w(a) of sentence r's alignment a (S1 indices), written out from the model;
+    ``relaxed``: log w̃(a), a fertility n > F weighted ψ(F)·e^LOG_PAST_F (mean-field VB's
+    relaxation) instead of 0."""
     D, F = SPEC.max_jump, SPEC.max_fertility
     total, memory = 0.0, -1
     for j, i in enumerate(a):
@@ -59,9 +61,9 @@ def _log_weight(r, a, cell, log_theta, log_dist, log_psi):
             memory = i - 1
     for i in range(1, int(SRC_MASK[r].sum())):
         n = sum(1 for x in a if x == i)
-        if n > F:
+        if n > F and not relaxed:
             return -np.inf
-        total += log_psi[SRC[r, i], n]
+        total += log_psi[SRC[r, i], min(n, F)] + (al.LOG_PAST_F if n > F else 0.0)
     return total
 
 
@@ -161,24 +163,6 @@ def test_fertility_needs_its_previous_alignment():
 
 # --- mean-field VB -----------------------------------------------------------------------------
 
-def _relaxed_log_weight(r, a, cell, log_theta, log_dist, log_psi):
-    """log w̃(a) of sentence r's alignment a, written out from the model: w(a) with a fertility
-    n > F weighted ψ(F)·e^LOG_PAST_F (mean-field VB's relaxation) instead of 0."""
-    D, F = SPEC.max_jump, SPEC.max_fertility
-    total, memory = 0.0, -1
-    for j, i in enumerate(a):
-        total += log_theta[cell[r, i, j]]
-        if i == 0:
-            total += log_dist[SPEC.null_bucket]
-        else:
-            total += log_dist[min(max(i - 1 - memory, -D), D) + D]
-            memory = i - 1
-    for i in range(1, int(SRC_MASK[r].sum())):
-        n = sum(1 for x in a if x == i)
-        total += log_psi[SRC[r, i], min(n, F)] + (al.LOG_PAST_F if n > F else 0.0)
-    return total
-
-
 def _random_q(seed):
     """A factorized q over each real target word's NULL and real source positions [B, S1, T]."""
     rng = np.random.default_rng(seed)
@@ -215,8 +199,8 @@ def test_mean_field_sets_each_word_to_its_optimum():
                                                             rest)])
                 for i in range(S):
                     a = list(rest[:j]) + [i] + list(rest[j:])
-                    expect[i] += p * _relaxed_log_weight(r, a, cell, log_theta, log_dist,
-                                                         log_psi)
+                    expect[i] += p * _log_weight(r, a, cell, log_theta, log_dist, log_psi,
+                                                 True)
             want = np.exp(expect - expect.max())
             np.testing.assert_allclose(q_new[r, :S, j], want / want.sum(), atol=2e-5)
 
@@ -235,7 +219,7 @@ def test_mean_field_expectations_and_elbo_term_are_the_enumerated_ones():
         S, Tr = int(SRC_MASK[r].sum()), int(TGT_MASK[r].sum())
         for a in itertools.product(range(S), repeat=Tr):
             p = np.prod([q[r, i, j] for j, i in enumerate(a)])
-            elbo += p * (_relaxed_log_weight(r, a, cell, log_theta, log_dist, log_psi)
+            elbo += p * (_log_weight(r, a, cell, log_theta, log_dist, log_psi, True)
                          - np.log(p))
             memory = -1
             for j, i in enumerate(a):
