@@ -109,13 +109,12 @@ def _textbook(forward, reverse, heuristic):
 
 def test_symmetrizations_equal_the_textbook_on_random_links():
     rng = random.Random(0)
-    differ = set()
+    grew = 0
     for _ in range(3000):
         S, T = rng.randint(1, 7), rng.randint(1, 7)
         f = {(rng.randrange(S), j) for j in range(T) if rng.random() < 0.8}
         r = {(i, rng.randrange(T)) for i in range(S) if rng.random() < 0.8}
         for h in HEURISTICS:
-            out = symmetrize(f, r, h)
-            assert out == _textbook(set(f), set(r), h), (f, r, h)
-            differ.add((h, frozenset(out)))
-    assert len(differ) > 5000  # the heuristics disagree on many of them
+            assert symmetrize(f, r, h) == _textbook(set(f), set(r), h), (f, r, h)
+        grew += symmetrize(f, r, "grow-diag") != f & r
+    assert grew > 1000  # most cases exercise the growing, not the intersection alone
