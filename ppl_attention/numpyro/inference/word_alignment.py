@@ -23,6 +23,7 @@ one compiled program per aligner and corpus layout.
 from __future__ import annotations
 
 import functools
+import gc
 import time
 import warnings
 from collections import namedtuple
@@ -319,8 +320,10 @@ def compile_ahead(fn, shapes: tuple, *args):
     """``fn`` (a ``jax.jit``) compiled for arguments of ``shapes`` (abstract, then ``args`` as
     they are) before any of them is allocated: XLA's compilation (or its load from the
     persistent cache) then never holds memory beside a chain's buffers. Returns the compiled
-    program, called as ``fn``."""
+    program, called as ``fn``. The tracing's garbage (jaxprs, the lowered module: reference
+    cycles) is collected here too, for a caller that runs with Python's collector off."""
     compiled = fn.lower(*shapes, *args).compile()
+    gc.collect()
     return_free_memory()  # the compiler's freed pages, before the buffers come
     return compiled
 
@@ -483,6 +486,7 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     def stage_done():
         if release_compiled:
             jax.clear_caches()
+        gc.collect()
         return_free_memory()
 
     start = ibm1_start(spec, sizes, data, init_sweeps, progress) \
