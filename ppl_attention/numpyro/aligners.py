@@ -329,10 +329,14 @@ def bucket_kl(spec, counts, prior=None):
     if spec.n_buckets == 0:
         return 0.0
     a0 = _learned(spec, _bucket_prior(spec, counts, prior) * jnp.ones_like(counts))
-    counts = _learned(spec, counts)
+    return _dirichlet_kl(a0, _learned(spec, counts))
+
+
+def _dirichlet_kl(a0, counts):
+    """Σ over the rows (the last axis a row) of KL(Dirichlet(a0 + counts) ‖ Dirichlet(a0))."""
     a = a0 + counts
-    return (gammaln(a.sum()) - gammaln(a0.sum()) - (gammaln(a) - gammaln(a0)).sum()
-            + (counts * (digamma(a) - digamma(a.sum()))).sum())
+    return (gammaln(a.sum(-1)) - gammaln(a0.sum(-1)) - (gammaln(a) - gammaln(a0)).sum(-1)
+            + (counts * (digamma(a) - digamma(a.sum(-1, keepdims=True)))).sum(-1)).sum()
 
 
 # --- one batch: IBM1 / IBM2 -------------------------------------------------------------------
@@ -585,6 +589,21 @@ def _jump_log(spec, log_dist, to_pos, from_pos):
     return log_dist[_jump_bucket(spec, to_pos, from_pos)]
 
 
+def _jump_tables(spec, log_dist, S1: int):
+    """The jump terms of a word's link as small tables over the S1 columns (column c: real
+    position c − 1, NULL at 0), gathered a row per sentence: ``pos [S1]`` the columns' real
+    positions (NULL: −1); ``into [m, c]`` into column c from memory m (S1 index; 0: the start),
+    NULL's weight at c = 0; ``out_of [x, c]`` from column c's position on to the next real
+    link's column x (0: none) — column 0 (NULL) jumps on from the memory instead, which the
+    caller sets."""
+    pos = jnp.arange(S1) - 1
+    into = jnp.where(pos[None] >= 0, _jump_log(spec, log_dist, pos[None], pos[:, None]),
+                     log_dist[spec.null_bucket])
+    out_of = jnp.where((pos >= 0)[:, None],
+                       _jump_log(spec, log_dist, pos[:, None], pos[None]), 0.0)
+    return pos, into, out_of
+
+
 def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells,
                     totals=None):
     """One single-site Gibbs sweep over the target words of a batch, j = 0 … T − 1, every
@@ -618,17 +637,9 @@ def _fertility_step(spec, key, log_theta, log_dist, log_psi, b, prev, n_cells,
 
     _, nxt = jax.lax.scan(next_real, jnp.zeros(B, jnp.int32), prev.T, reverse=True)
     fert = jax.nn.one_hot(prev, S1, dtype=jnp.int32).sum(1)  # [B, S1]; −1 → zeros
-    pos = jnp.arange(S1) - 1  # real position of each S1 column (NULL: −1)
     rows = jnp.arange(B)
     keys = jax.random.split(key, T)
-    # the jump terms as rows of small tables, gathered a row per sentence at each step:
-    # into[m, c]: into column c from memory m (S1 index; 0: the start), NULL's weight at c = 0;
-    # out_of[x, c]: from column c's position on to the next real link's column x (0: none) —
-    # column 0 (NULL) jumps on from the memory instead, set per step
-    into = jnp.where(pos[None] >= 0, _jump_log(spec, log_dist, pos[None], pos[:, None]),
-                     log_dist[spec.null_bucket])
-    out_of = jnp.where((pos >= 0)[:, None],
-                       _jump_log(spec, log_dist, pos[:, None], pos[None]), 0.0)
+    pos, into, out_of = _jump_tables(spec, log_dist, S1)  # NULL's jump on set per step
     # log ψ(n + 1) − log ψ(n) by fertility n, −∞ past F: [B, S1, F + 1]
     gain_psi = jnp.concatenate([psi[..., 1:] - psi[..., :-1],
                                 jnp.full(psi.shape[:-1] + (1,), NEG, psi.dtype)], -1)
@@ -701,10 +712,7 @@ def _fertility_prior(spec, counts, prior):
 
 def fertility_kl(spec, counts, prior=None):
     """Σ_e KL(Dirichlet(β + p_e + n̄_e) ‖ Dirichlet(β + p_e)) over the fertility rows."""
-    a0 = _fertility_prior(spec, counts, prior)
-    a = a0 + counts
-    return (gammaln(a.sum(-1)) - gammaln(a0.sum(-1)) - (gammaln(a) - gammaln(a0)).sum(-1)
-            + (counts * (digamma(a) - digamma(a.sum(-1, keepdims=True)))).sum(-1)).sum()
+    return _dirichlet_kl(_fertility_prior(spec, counts, prior), counts)
 
 
 def _fertility_mean_field(spec, log_theta, log_dist, log_psi, b, q_prev, n_cells, totals):
@@ -732,12 +740,8 @@ def _fertility_mean_field(spec, log_theta, log_dist, log_psi, b, q_prev, n_cells
     tm, sm = b["tgt_mask"], b["src_mask"]
     F = spec.max_fertility
     dt = le.dtype
-    pos = jnp.arange(S1) - 1
+    pos, into, out_of = _jump_tables(spec, log_dist, S1)
     real_col = (pos >= 0)[None] & sm  # [B, S1]: the real source positions
-    into = jnp.where(pos[None] >= 0, _jump_log(spec, log_dist, pos[None], pos[:, None]),
-                     log_dist[spec.null_bucket])  # [m, c]: into column c from memory m
-    out_of = jnp.where((pos >= 0)[:, None],
-                       _jump_log(spec, log_dist, pos[:, None], pos[None]), 0.0)  # [k, c]
     psi = log_psi[b["src"]]  # [B, S1, F + 1]
     # g(n) = E log ψ̃(n + 1) − E log ψ̃(n), n = 0 … F, "more"
     gain = jnp.concatenate([psi[..., 1:] - psi[..., :-1],
@@ -815,10 +819,7 @@ def fertility_counts(spec, drawn_fert, n_src: int, dtype=jnp.float32, into=None)
 def sample_fertility(key, spec, counts, prior=None):
     """log ψ ``[n_src, F + 1]`` of a draw of every source word's Dirichlet(β + p + counts)
     (``prior``: a :class:`TablePrior`, its ``fertility`` the pseudo-counts p, or None)."""
-    a = spec.beta + counts
-    if prior is not None and prior.fertility is not None and prior.fertility.shape[-1]:
-        a = a + prior.fertility.astype(a.dtype)
-    log_g = log_gamma_draws(key, a)
+    log_g = log_gamma_draws(key, _fertility_prior(spec, counts, prior) + counts)
     return log_g - jax.nn.logsumexp(log_g, -1, keepdims=True)
 
 
