@@ -7,8 +7,9 @@ trained tables as a prior (k1–k3), of the fertility aligner (f1, f2) and its m
 f4), of NULL's fixed weight (z1), of small length groups merged (z2) and sharing a class (z4),
 of the fertility sweep's Rao–Blackwellized conditionals (z3), of one compiled sweep for every
 sweep count (z5), of chains side by side (z6), of prefix sums by a matmul (z7), of counts
-scattered into a sweep's running totals (z8) and of the corpus index and its best links (z9,
-z10), run the tests that should catch it, report, and restore the file:
+scattered into a sweep's running totals (z8), of the corpus index and its best links (z9,
+z10) and of the chains' total variation kept in [0, 1] (z11), run the tests that should
+catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
 tests/structures/test_monotonic.py, tests/structures/test_linear_chain.py and
@@ -375,6 +376,9 @@ FAULTS = [
   "            links = list(zip((b[r, j] - 1).tolist(), j.tolist()))",
   "            links = list(zip(b[r, j].tolist(), j.tolist()))",
   "tests/data/test_corpus_index.py"),
+ ("z11", "ppl_attention/numpyro/inference/word_alignment.py",
+  "    m = jnp.where(total > 0, m / jnp.where(total > 0, total, 1.0), 0.0)\n", "",
+  "tests/numpyro/test_chain_diagnostics.py::test_chains_tv_stays_at_most_one_under_float16_rounding"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:

@@ -76,6 +76,28 @@ def test_chains_tv_of_link_marginals_against_numpy():
     np.testing.assert_allclose(np.asarray(cells), [m.sum() / (3 * kept)], rtol=1e-4)
 
 
+def test_chains_tv_stays_at_most_one_under_float16_rounding():
+    """Two chains with disjoint links, one held in float16 whose rounding makes its word's
+    marginals sum past 1 (0.7 and 0.3 both round up): their total variation is exactly 1, not
+    the 1.0001 that the unnormalized float16 values give, and the mean still sums to 1."""
+    import jax.numpy as jnp
+
+    from ppl_attention.numpyro.inference.word_alignment import _class_summary, _half_mean
+
+    a = np.zeros((1, 1, 3, 1), np.float32)
+    a[..., 0, 0], a[..., 1, 0] = 0.7, 0.3
+    held = _half_mean(jnp.asarray(a), 1.0)
+    assert float(np.asarray(held, np.float32).sum()) > 1.0001  # the rounding this is about
+    b = np.zeros((1, 1, 3, 1), np.int16)
+    b[..., 2, 0] = 4  # four kept sweeps, all on the third position
+    cls = {"src_mask": jnp.ones((1, 1, 3), bool), "tgt_mask": jnp.ones((1, 1, 1), bool),
+           "cell": jnp.zeros((1, 1, 3, 1), jnp.int32)}
+    mean, _, worst = _class_summary((held, jnp.asarray(b)), (1.0, 0.25), cls, 1)
+    assert float(worst.max()) <= 1.0
+    np.testing.assert_allclose(np.asarray(worst), [[[1.0]]], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(mean).sum(-2), [[[1.0]]], atol=1e-6)
+
+
 def test_corpus_wide_disagreement_flags_a_run():
     """Tracked words that all agree, but 2 % of the corpus's words whose chains' marginals lie
     further apart than the limit: not mixed, and the advice says so."""

@@ -559,26 +559,27 @@ def _class_summary(chains_m, scales, cls, n_cells: int):
     per target word ``[n, B, T]`` (:func:`_chains_tv`; zeros for one chain), from
     ``chains_m`` (per chain ``[n, B, S1, T]``; times its ``scales`` entry, that chain's link
     marginals: a sum over kept sweeps times 1 / kept, or :func:`_half_mean`'s marginals
-    times 1). Each real target word's mean is renormalized over NULL and the source
-    positions (a no-op but for a held chain's float16 rounding)."""
+    times 1). Each chain's marginals of a real target word are renormalized over NULL and the
+    source positions first (a no-op but for a held chain's float16 rounding, which would
+    otherwise put a total variation above 1)."""
     m = jnp.stack([x.astype(jnp.float32) * s for x, s in zip(chains_m, scales)])
+    total = m.sum(-2, keepdims=True)  # 1 for a real target word, up to float16's rounding
+    m = jnp.where(total > 0, m / jnp.where(total > 0, total, 1.0), 0.0)
     worst = _chains_tv(m) if m.shape[0] > 1 else jnp.zeros(m.shape[1:3] + m.shape[4:])
     mean = m.mean(0)
-    total = mean.sum(-2, keepdims=True)  # 1 for a real target word, up to float16's rounding
-    mean = jnp.where(total > 0, mean / jnp.where(total > 0, total, 1.0), 0.0)
     return mean, _cell_counts({"classes": [cls]}, [mean], n_cells), worst
 
 
 @jax.jit
 def _chains_tv(m):
     """Per target word ``[n, B, T]``, the largest total variation between two chains' link
-    marginals (``m [chains, n, B, S1, T]``)."""
+    marginals (``m [chains, n, B, S1, T]``, each chain's normalized over S1), in [0, 1]."""
     C = m.shape[0]
     worst = jnp.zeros(m.shape[1:3] + m.shape[4:], m.dtype)
     for a in range(C):
         for b in range(a + 1, C):
             worst = jnp.maximum(worst, 0.5 * jnp.abs(m[a] - m[b]).sum(-2))
-    return worst
+    return jnp.minimum(worst, 1.0)  # float32 rounding of two disjoint distributions
 
 
 def link_rhat(track: np.ndarray) -> dict:
