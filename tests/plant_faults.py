@@ -8,7 +8,7 @@ f4), of NULL's fixed weight (z1), of small length groups merged (z2) and sharing
 of the fertility sweep's Rao–Blackwellized conditionals (z3), of one compiled sweep for every
 sweep count (z5), of chains side by side (z6), of prefix sums by a matmul (z7), of counts
 scattered into a sweep's running totals (z8), of the corpus index and its best links (z9,
-z10) and of the chains' total variation kept in [0, 1] (z11), run the tests that should
+z10, z12) and of the chains' total variation kept in [0, 1] (z11), run the tests that should
 catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
@@ -375,6 +375,10 @@ FAULTS = [
  ("z10", "ppl_attention/numpyro/inference/word_alignment.py",
   "            links = list(zip((b[r, j] - 1).tolist(), j.tolist()))",
   "            links = list(zip(b[r, j].tolist(), j.tolist()))",
+  "tests/data/test_corpus_index.py"),
+ ("z12", "ppl_attention/numpyro/inference/word_alignment.py",
+  "                order = np.lexsort((src, tgt, r))",
+  "                order = np.arange(r.size)",
   "tests/data/test_corpus_index.py"),
  ("z11", "ppl_attention/numpyro/inference/word_alignment.py",
   "    m = jnp.where(total > 0, m / jnp.where(total > 0, total, 1.0), 0.0)\n", "",

@@ -340,26 +340,29 @@ def _wordalign(args) -> int:
                      args.seed + 1, args.threshold, "reverse", tables=tables.get("reverse"),
                      save=bool(args.save), consume=True)
         report["reverse_seconds"] = rev["seconds"]
+    as_sets = bool(args.symmetrize or gold is not None)  # else lines straight from the arrays
     if isinstance(forward, BestLinks):
-        results = {"forward": forward.sets()}
+        results = {"forward": forward.sets()} if as_sets else {}
         if args.forward:
-            write_pharaoh(args.forward, results["forward"])
+            _write_lines(args.forward, forward.lines())
     else:
         if args.forward:  # the lines as they are, not formatted twice
-            from ..data.corpus import atomic_write_text
-
-            atomic_write_text(args.forward, "".join(line + "\n" for line in forward))
+            _write_lines(args.forward, forward)
         results = {"forward": [links_of_own_line(line) for line in forward]}
     del forward
     if both:
         reverse = rev.pop("links")
-        reverse = reverse.sets() if isinstance(reverse, BestLinks) else reverse
-        results["reverse"] = [{(i, j) for j, i in links} for links in reverse]
+        if isinstance(reverse, BestLinks) and not as_sets:
+            if args.reverse:
+                _write_lines(args.reverse, reverse.lines(transpose=True))
+        else:
+            reverse = reverse.sets() if isinstance(reverse, BestLinks) else reverse
+            results["reverse"] = [{(i, j) for j, i in links} for links in reverse]
         del reverse
     if args.symmetrize:
         results[args.symmetrize] = symmetrize_corpus(results["forward"], results["reverse"],
                                                      args.symmetrize)
-    if args.reverse:
+    if args.reverse and "reverse" in results:
         write_pharaoh(args.reverse, results["reverse"])
     if args.symmetrize:
         text = "".join(format_pharaoh(a) + "\n" for a in results[args.symmetrize])
@@ -424,6 +427,12 @@ def _wordalign(args) -> int:
     print(jsonio.dumps({k: v for k, v in report.items() if not k.endswith("_elbo")}, indent=1),
           file=sys.stderr)
     return 0
+
+
+def _write_lines(path, lines: list[str]) -> None:
+    from ..data.corpus import atomic_write_text
+
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def _tv_limit() -> float:

@@ -2,11 +2,13 @@
 real row of every shape class holds its pair's word ids (NULL in front), masks and cells (each
 cell's source and target words those of its row and column); a vocabulary given twice over is
 refused; each pair's best links (:class:`~ppl_attention.numpyro.inference.word_alignment.
-BestLinks`) are the argmax of its marginals, NULL left out; and the symmetrizations equal the
-textbook transcription below (Koehn, Och & Marcu 2003) on random link sets.
+BestLinks`) are the argmax of its marginals, NULL left out, and its Pharaoh lines those of the
+sets (transposed too); and the symmetrizations equal the textbook transcription below (Koehn,
+Och & Marcu 2003) on random link sets.
 
-Planted faults (``python tests/plant_faults.py z9 z10``): z9 the target ids written one
-column off, z10 the best links' source positions not shifted past NULL — each fails a test here.
+Planted faults (``python tests/plant_faults.py z9 z10 z12``): z9 the target ids written one
+column off, z10 the best links' source positions not shifted past NULL, z12 the transposed
+lines left in the untransposed order — each fails a test here.
 """
 
 import random
@@ -17,6 +19,7 @@ import pytest
 from ppl_attention.common.symmetrize import HEURISTICS, NEIGHBOURS, symmetrize
 from ppl_attention.core.errors import UserError
 from ppl_attention.data.indexed import index_pairs
+from ppl_attention.data.pharaoh import format_pharaoh
 from ppl_attention.numpyro.inference.word_alignment import BestLinks
 
 
@@ -74,8 +77,14 @@ def test_best_links_are_the_argmax_of_the_marginals():
             if k >= 0:
                 best = m[a, b].argmax(0)[:len(pairs[k][1])]
                 expected[k] = {(int(i) - 1, j) for j, i in enumerate(best) if i > 0}
-    links = BestLinks.of(corpus, marginals).sets()
+    best = BestLinks.of(corpus, marginals)
+    links = best.sets()
     assert links == expected and any(links)
+    # the Pharaoh lines made from the arrays: format_pharaoh of the sets, and of them transposed
+    assert best.lines() == [format_pharaoh(a) for a in expected]
+    flipped = [{(j, i) for i, j in a} for a in expected]
+    assert best.lines(transpose=True) == [format_pharaoh(a) for a in flipped]
+    assert sum(" " in line for line in best.lines(transpose=True)) > 10  # lines to sort
 
 
 def _textbook(forward, reverse, heuristic):

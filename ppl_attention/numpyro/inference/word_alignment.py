@@ -914,6 +914,34 @@ class BestLinks:
                 start = end
         return out
 
+    def lines(self, transpose: bool = False) -> list[str]:
+        """Each pair's Pharaoh line, in corpus order — what ``format_pharaoh`` writes of
+        :meth:`sets`, made from the arrays (each distinct ``i-j`` formatted once, no set per
+        pair); ``transpose``: each link (i, j) written ``j-i`` (a reverse direction's links in
+        the forward orientation), in Pharaoh's order of the written pairs (by target, then
+        source)."""
+        out = [""] * len(self.tgt_len)
+        for best, index in zip(self.best, self.index):
+            rows = np.flatnonzero(index >= 0)
+            b = best[rows].astype(np.int64)
+            keep = (b > 0) & (np.arange(b.shape[1])[None] < self.tgt_len[index[rows]][:, None])
+            r, j = np.nonzero(keep)  # row-major: by row, then target j (one link per j)
+            i = b[r, j] - 1
+            src, tgt = (j, i) if transpose else (i, j)
+            if transpose:  # Pharaoh order of the written pairs: by row, target, source
+                order = np.lexsort((src, tgt, r))
+                r, src, tgt = r[order], src[order], tgt[order]
+            width = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
+            codes, inverse = np.unique(src * width + tgt, return_inverse=True)
+            texts = [f"{c // width}-{c % width}" for c in codes.tolist()]
+            items = [texts[x] for x in inverse.tolist()]
+            ends = np.cumsum(np.bincount(r, minlength=len(rows))).tolist()
+            start = 0
+            for k, end in zip(index[rows].tolist(), ends):
+                out[k] = " ".join(items[start:end])
+                start = end
+        return out
+
 
 def links_from_marginals(corpus, marginals, threshold: float | None = None,
                          with_scores: bool = False):
