@@ -18,7 +18,8 @@ import gc
 import os
 import sys
 
-__all__ = ["tune_allocator", "return_free_memory", "ALLOCATOR_ENV", "collect_at_stage_ends"]
+__all__ = ["tune_allocator", "return_free_memory", "ALLOCATOR_ENV", "collect_at_stage_ends",
+           "collect_young"]
 
 #: glibc's environment variables for the same settings: one that is set is the user's choice,
 #: and :func:`tune_allocator` then changes nothing
@@ -78,3 +79,13 @@ def collect_at_stage_ends():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def collect_young() -> int:
+    """Collect the cycles among the objects made since the last collection (Python's two young
+    generations), as a stage ends inside :func:`collect_at_stage_ends`: a stage's garbage — a
+    tracing's jaxprs, a lowered module — is young, and a full ``gc.collect()`` would walk every
+    object the run holds again (a 100,000-pair corpus's words: 0.2–0.5 s each time, 14 times
+    in a word-alignment run). The survivors move to the old generation, which a full
+    collection at a direction's end still visits. Returns the objects collected."""
+    return gc.collect(1)

@@ -23,7 +23,6 @@ one compiled program per aligner and corpus layout.
 from __future__ import annotations
 
 import functools
-import gc
 import time
 import warnings
 from collections import namedtuple
@@ -35,7 +34,7 @@ import numpy as np
 from numpyro.infer import MCMC
 from numpyro.infer.mcmc import MCMCKernel
 
-from ...core.allocator import return_free_memory
+from ...core.allocator import collect_young, return_free_memory
 from ...core.errors import UserError
 from ...core.progress import progress_bar
 from .. import aligners as al
@@ -336,7 +335,7 @@ def compile_ahead(fn, shapes: tuple, *args):
     program, called as ``fn``. The tracing's garbage (jaxprs, the lowered module: reference
     cycles) is collected here too, for a caller that runs with Python's collector off."""
     compiled = fn.lower(*shapes, *args).compile()
-    gc.collect()
+    collect_young()
     return_free_memory()  # the compiler's freed pages, before the buffers come
     return compiled
 
@@ -499,7 +498,7 @@ def run_gibbs(spec: al.AlignerSpec, corpus, chains: int = 4, warmup: int = 50,
     def stage_done():
         if release_compiled:
             jax.clear_caches()
-        gc.collect()
+        collect_young()
         return_free_memory()
 
     start = ibm1_start(spec, sizes, data, init_sweeps, progress) \
@@ -574,24 +573,26 @@ def _class_summary(chains_m, scales, cls, n_cells: int):
     marginals: a sum over kept sweeps times 1 / kept, or :func:`_half_mean`'s marginals
     times 1). Each chain's marginals of a real target word are renormalized over NULL and the
     source positions first (a no-op but for a held chain's float16 rounding, which would
-    otherwise put a total variation above 1)."""
-    m = jnp.stack([x.astype(jnp.float32) * s for x, s in zip(chains_m, scales)])
-    total = m.sum(-2, keepdims=True)  # 1 for a real target word, up to float16's rounding
-    m = jnp.where(total > 0, m / jnp.where(total > 0, total, 1.0), 0.0)
-    worst = _chains_tv(m) if m.shape[0] > 1 else jnp.zeros(m.shape[1:3] + m.shape[4:])
-    mean = m.mean(0)
+    otherwise put a total variation above 1). No chains' stack is made: each chain is read
+    once, the whole summary one fused pass (a third of the stacked version's time)."""
+    ms = []
+    for x, s in zip(chains_m, scales):
+        x = x.astype(jnp.float32) * s
+        total = x.sum(-2, keepdims=True)  # 1 for a real target word, up to float16's rounding
+        ms.append(jnp.where(total > 0, x / jnp.where(total > 0, total, 1.0), 0.0))
+    worst = _chains_tv(ms)
+    mean = sum(ms[1:], ms[0]) / len(ms)
     return mean, _cell_counts({"classes": [cls]}, [mean], n_cells), worst
 
 
-@jax.jit
-def _chains_tv(m):
+def _chains_tv(ms):
     """Per target word ``[n, B, T]``, the largest total variation between two chains' link
-    marginals (``m [chains, n, B, S1, T]``, each chain's normalized over S1), in [0, 1]."""
-    C = m.shape[0]
-    worst = jnp.zeros(m.shape[1:3] + m.shape[4:], m.dtype)
-    for a in range(C):
-        for b in range(a + 1, C):
-            worst = jnp.maximum(worst, 0.5 * jnp.abs(m[a] - m[b]).sum(-2))
+    marginals (``ms``: per chain ``[n, B, S1, T]``, each normalized over S1), in [0, 1] (zeros
+    for one chain)."""
+    worst = jnp.zeros(ms[0].shape[:2] + ms[0].shape[3:], ms[0].dtype)
+    for a in range(len(ms)):
+        for b in range(a + 1, len(ms)):
+            worst = jnp.maximum(worst, 0.5 * jnp.abs(ms[a] - ms[b]).sum(-2))
     return jnp.minimum(worst, 1.0)  # float32 rounding of two disjoint distributions
 
 
