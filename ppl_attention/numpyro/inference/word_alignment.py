@@ -42,8 +42,7 @@ from .cache import enable_compilation_cache
 
 __all__ = ["ConjugateGibbs", "GibbsState", "MAX_HMM_KEPT", "compile_ahead", "donated_chains",
            "gibbs_chains", "chain_key", "ibm1_start", "posterior_mean_log_translation",
-           "run_gibbs",
-           "vb_sweeps", "fertility_vb", "run_vb", "run_svb", "device_corpus",
+           "run_gibbs", "vb_sweeps", "fertility_vb", "run_vb", "run_svb", "device_corpus",
            "links_from_marginals", "BestLinks", "link_rhat", "chain_diagnostics"]
 
 #: the most kept sweeps of an HMM chain (its link counts are int16)
@@ -51,9 +50,9 @@ MAX_HMM_KEPT = 32767
 
 #: the PRNG of the Gibbs chains' keys: JAX's ``rbg`` — random bits from XLA's
 #: RngBitGenerator, keys split by threefry as the default's are. A sweep at 100,000 pairs
-#: draws a few million Gammas and uniforms; on a CPU its sweep takes 13 % less time than under
-#: threefry (docs/results.md). Its bits may differ between backends and JAX versions: a seed
-#: repeats a run on one machine, not across them.
+#: draws a few million Gammas and uniforms; on a CPU a fertility sweep takes 13 % less time
+#: than under threefry, a run's chains 19 % (docs/results.md). Its bits may differ between
+#: backends and JAX versions: a seed repeats a run on one machine, not across them.
 KEY_IMPL = "rbg"
 
 
