@@ -78,8 +78,9 @@ def test_chains_tv_of_link_marginals_against_numpy():
 
 def test_chains_tv_stays_at_most_one_under_float16_rounding():
     """Two chains with disjoint links, one held in float16 whose rounding makes its word's
-    marginals sum past 1 (0.7 and 0.3 both round up): their total variation is exactly 1, not
-    the 1.0001 that the unnormalized float16 values give, and the mean still sums to 1."""
+    marginals sum past 1 (0.7 and 0.3 both round up): their total variation is exactly 1 (the
+    unnormalized values give 1.0001, which the final clip alone would hide) and the mean sums
+    to 1 (the unnormalized chains' mean does not: planted fault z11)."""
     import jax.numpy as jnp
 
     from ppl_attention.numpyro.inference.word_alignment import _class_summary, _half_mean
