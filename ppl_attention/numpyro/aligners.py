@@ -57,7 +57,8 @@ __all__ = ["ALIGNERS", "AlignerSpec", "aligner", "log_gamma_draws", "sample_tran
            "translation_kl", "sample_buckets", "expected_log_buckets", "bucket_kl",
            "batch_step", "uniform_tables", "TablePrior", "posterior_mean_log_translation",
            "posterior_mean_log_buckets", "fertility_counts", "sample_fertility", "ALIGNER_KINDS",
-           "expected_log_fertility", "fertility_kl", "LOG_PAST_F"]
+           "expected_log_fertility", "posterior_mean_log_fertility", "fertility_kl",
+           "LOG_PAST_F"]
 
 NEG = LOG_ZERO
 
@@ -708,6 +709,13 @@ def _fertility_prior(spec, counts, prior):
     if prior is not None and prior.fertility is not None and prior.fertility.shape[-1]:
         return spec.beta + prior.fertility.astype(counts.dtype)
     return spec.beta * jnp.ones_like(counts)
+
+
+def posterior_mean_log_fertility(spec, counts, prior=None):
+    """log E[ψ_e(n)] ``[n_src, F + 1]`` of the rows' Dirichlet(β + p_e + counts) posteriors
+    (counts 0: the prior's means, where the fertility aligner's chains start)."""
+    a = _fertility_prior(spec, counts, prior) + counts
+    return jnp.log(a) - jnp.log(a.sum(-1, keepdims=True))
 
 
 def fertility_kl(spec, counts, prior=None):

@@ -208,12 +208,9 @@ class ConjugateGibbs(MCMCKernel):
                 raise UserError("the fertility aligner's chains start from an HMM's state "
                                 "(hmm_start): give start with log_theta, log_dist and align")
             align = tuple(start["align"])
-            prior = data.get("prior")
-            pf = prior.fertility if prior is not None and prior.fertility is not None and \
-                prior.fertility.shape[-1] else 0.0
-            a = self.spec.beta + pf * jnp.ones((self.sizes["n_src"], self.spec.n_fertility),
-                                               log_theta.dtype)
-            log_psi = jnp.log(a) - jnp.log(a.sum(-1, keepdims=True))  # the prior's means
+            log_psi = al.posterior_mean_log_fertility(  # the prior's means
+                self.spec, jnp.zeros((self.sizes["n_src"], self.spec.n_fertility),
+                                     log_theta.dtype), data.get("prior"))
         elif self.keep_align:
             align = tuple(jnp.full(c["tgt"].shape, -1, jnp.int32) for c in data["classes"])
         marg = tuple(jnp.zeros(c["cell"].shape, self.marginal_dtype) for c in data["classes"])
@@ -911,18 +908,25 @@ class BestLinks:
             index.append(c.index.reshape(-1))
         return cls(best, index, np.asarray(corpus.tgt_len))
 
+    def _links(self):
+        """Per shape class: each real row's corpus position ``[rows]``, and its links as arrays
+        in row-major order (by row, then target j; one link per j) — their rows ``r``, source
+        positions ``i``, targets ``j`` — with each row's end in them."""
+        for best, index in zip(self.best, self.index):
+            rows = np.flatnonzero(index >= 0)
+            b = best[rows].astype(np.int64)
+            keep = (b > 0) & (np.arange(b.shape[1])[None] < self.tgt_len[index[rows]][:, None])
+            r, j = np.nonzero(keep)
+            ends = np.cumsum(np.bincount(r, minlength=len(rows))).tolist()
+            yield index[rows].tolist(), r, b[r, j] - 1, j, ends
+
     def sets(self) -> list[set]:
         """Each pair's links {(source i, target j)}, in corpus order (none for NULL)."""
         out: list[set] = [set() for _ in range(len(self.tgt_len))]
-        for best, index in zip(self.best, self.index):
-            rows = np.flatnonzero(index >= 0)
-            b = best[rows]
-            keep = (b > 0) & (np.arange(b.shape[1])[None] < self.tgt_len[index[rows]][:, None])
-            r, j = np.nonzero(keep)  # row-major: each row's links together, by j
-            links = list(zip((b[r, j] - 1).tolist(), j.tolist()))
-            ends = np.cumsum(np.bincount(r, minlength=len(rows))).tolist()
+        for where, _, i, j, ends in self._links():
+            links = list(zip(i.tolist(), j.tolist()))
             start = 0
-            for k, end in zip(index[rows].tolist(), ends):
+            for k, end in zip(where, ends):
                 out[k] = set(links[start:end])
                 start = end
         return out
@@ -934,23 +938,17 @@ class BestLinks:
         the forward orientation), in Pharaoh's order of the written pairs (by target, then
         source)."""
         out = [""] * len(self.tgt_len)
-        for best, index in zip(self.best, self.index):
-            rows = np.flatnonzero(index >= 0)
-            b = best[rows].astype(np.int64)
-            keep = (b > 0) & (np.arange(b.shape[1])[None] < self.tgt_len[index[rows]][:, None])
-            r, j = np.nonzero(keep)  # row-major: by row, then target j (one link per j)
-            i = b[r, j] - 1
+        for where, r, i, j, ends in self._links():
             src, tgt = (j, i) if transpose else (i, j)
             if transpose:  # Pharaoh order of the written pairs: by row, target, source
                 order = np.lexsort((src, tgt, r))
-                r, src, tgt = r[order], src[order], tgt[order]
+                src, tgt = src[order], tgt[order]
             width = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
             codes, inverse = np.unique(src * width + tgt, return_inverse=True)
             texts = [f"{c // width}-{c % width}" for c in codes.tolist()]
             items = [texts[x] for x in inverse.tolist()]
-            ends = np.cumsum(np.bincount(r, minlength=len(rows))).tolist()
             start = 0
-            for k, end in zip(index[rows].tolist(), ends):
+            for k, end in zip(where, ends):
                 out[k] = " ".join(items[start:end])
                 start = end
         return out
