@@ -27,8 +27,10 @@ their mean posterior and the share that is gold — and ``reliability.png`` (gol
 mean posterior, the diagonal drawn).
 
 Every run is its own process (``--one``): its wall time from start to written links (JAX's
-compilation included — the persistent cache is switched off) and its peak resident memory
-(its own, and its children's for eflomal) are its own. With ``--warm`` each of ours runs twice,
+compilation included — the persistent cache is switched off), its CPU seconds (user plus
+system, over the same span: every thread's, eflomal's process's for eflomal — the work done,
+which the wall time divides among the cores) and its peak resident memory (its own, and its
+children's for eflomal) are its own. With ``--warm`` each of ours runs twice,
 one process after the other, on a persistent compilation cache of its own: the first run
 fills it (``cache`` cold), the second reads it (warm) — a user's first and second run. One
 run of the script measures every row, so the ratios are of one machine and one moment.
@@ -89,11 +91,19 @@ def run_eflomal(exe: str, m: int, corpus: Path, gold: Path, work: Path) -> dict:
     from ppl_attention.data.pharaoh import read_pharaoh
 
     fwd, rev = work / "fwd", work / "rev"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_seconds(resource.RUSAGE_CHILDREN)
     subprocess.run([exe, "-i", str(corpus), "-m", str(m), "-f", str(fwd), "-r", str(rev),
                     "--overwrite"], check=True, capture_output=True)
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, **_scores(read_pharaoh(fwd), read_pharaoh(rev), corpus, gold)}
+    return {"seconds": seconds, "cpu_seconds": _cpu_seconds(resource.RUSAGE_CHILDREN) - c0,
+            **_scores(read_pharaoh(fwd), read_pharaoh(rev), corpus, gold)}
+
+
+def _cpu_seconds(who) -> float:
+    """User plus system CPU seconds of this process (``RUSAGE_SELF``: all its threads) or of
+    its finished children: on 2 cores, up to twice the wall time when both are busy."""
+    use = resource.getrusage(who)
+    return use.ru_utime + use.ru_stime
 
 
 def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts: dict,
@@ -114,12 +124,13 @@ def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts
             argv += ["--init-sweeps", "5"]
     else:
         argv += ["--iterations", str(opts["iterations"])]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_seconds(resource.RUSAGE_SELF)
     if main(argv) != 0:
         raise SystemExit(f"wordalign failed: {argv}")
     seconds = time.perf_counter() - t0
+    cpu = _cpu_seconds(resource.RUSAGE_SELF) - c0
     report = json.loads((work / "run" / "report.json").read_text())
-    out = {"seconds": seconds, **_scores(read_pharaoh(work / "fwd"),
+    out = {"seconds": seconds, "cpu_seconds": cpu, **_scores(read_pharaoh(work / "fwd"),
                                          read_pharaoh(work / "rev"), corpus, gold)}
     for k in ("forward_links_rhat_max", "forward_links_rhat_median",
               "forward_links_share_rhat_ok", "forward_links_ess_bulk_median",
@@ -154,8 +165,9 @@ def _spawn(job: dict) -> dict:
 
 def _table(rows: list[dict]) -> str:
     head = ("| pairs | system | model | method | AER fwd | AER rev | AER gdfa | P gdfa | "
-            "R gdfa | seconds | cache | peak MiB | sweeps | link R-hat ≤ 1.01 | median ESS |")
-    lines = [head, "|" + "---|" * 15]
+            "R gdfa | seconds | CPU seconds | cache | peak MiB | sweeps | link R-hat ≤ 1.01 | "
+            "median ESS |")
+    lines = [head, "|" + "---|" * 16]
     for r in rows:
         model = {1: "IBM1", 2: "IBM1→HMM", 3: "IBM1→HMM→fertility"}[r["m"]] \
             if r["system"] == "eflomal" else r["model"]
@@ -165,7 +177,8 @@ def _table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['n']:,} | {r['system']} | {model} | {method} | {r['forward_aer']:.4f} | "
             f"{r['reverse_aer']:.4f} | {r['gdfa_aer']:.4f} | {r['gdfa_precision']:.3f} | "
-            f"{r['gdfa_recall']:.3f} | {r['seconds']:.1f} | {r.get('cache', '')} | "
+            f"{r['gdfa_recall']:.3f} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | "
+            f"{r.get('cache', '')} | "
             f"{r['peak_mib']:.0f} | "
             f"{r.get('sweeps', '')} | "
             f"{'' if share is None else f'{100 * share:.1f} %'} | "
