@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import resource
 import subprocess
 import sys
 
@@ -36,6 +37,14 @@ def spawn_one(script: str, job: dict) -> dict:
         sys.stderr.write(p.stderr[-3000:])
         raise SystemExit(f"run failed: {job}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def cpu_seconds(who=resource.RUSAGE_SELF) -> float:
+    """User plus system CPU seconds of this process (``RUSAGE_SELF``: all its threads) or of
+    its finished children (``RUSAGE_CHILDREN``): on 2 cores, up to twice the wall time when
+    both are busy."""
+    use = resource.getrusage(who)
+    return use.ru_utime + use.ru_stime
 
 
 def answer_one(args, one) -> bool:

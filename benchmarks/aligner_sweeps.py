@@ -26,18 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import time
 from pathlib import Path
 
-from _jobs import answer_one, spawn_one
+from _jobs import answer_one, cpu_seconds, spawn_one
 
 ROWS = ("1 chain, 1 core", "1 chain", "2 chains side by side")
-
-
-def _cpu() -> float:
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_utime + use.ru_stime
 
 
 def one(job: dict) -> dict:
@@ -79,13 +73,13 @@ def one(job: dict) -> dict:
             states[c] = step(states[c], args, warmup)
         jax.block_until_ready(states[c])
 
-    t0, c0 = time.perf_counter(), _cpu()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     threads = [threading.Thread(target=run, args=(c,)) for c in range(n_chains)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     sweeps = job["sweeps"] * n_chains
     padded = sum(c.src.size * c.tgt.shape[-1] for c in corpus.classes)
     real = int(((corpus.src_len + 1) * corpus.tgt_len).sum())
@@ -93,7 +87,7 @@ def one(job: dict) -> dict:
             "wall_per_sweep": wall / sweeps, "cpu_per_sweep": cpu / sweeps,
             "padded_cells": padded, "real_cells": real,
             "ns_per_padded_cell": 1e9 * cpu / sweeps / padded,
-            "cores": os.sched_getaffinity(0).__len__()}
+            "cores": len(os.sched_getaffinity(0))}
 
 
 def main() -> None:

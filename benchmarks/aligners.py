@@ -51,7 +51,7 @@ import sys
 import time
 from pathlib import Path
 
-from _jobs import answer_one, spawn_one
+from _jobs import answer_one, cpu_seconds, spawn_one
 
 TEST_PAIRS = 500
 OURS = [(m, k) for m in ("ibm1", "ibm2", "hmm", "fertility") for k in ("gibbs", "vb")]
@@ -91,19 +91,12 @@ def run_eflomal(exe: str, m: int, corpus: Path, gold: Path, work: Path) -> dict:
     from ppl_attention.data.pharaoh import read_pharaoh
 
     fwd, rev = work / "fwd", work / "rev"
-    t0, c0 = time.perf_counter(), _cpu_seconds(resource.RUSAGE_CHILDREN)
+    t0, c0 = time.perf_counter(), cpu_seconds(resource.RUSAGE_CHILDREN)
     subprocess.run([exe, "-i", str(corpus), "-m", str(m), "-f", str(fwd), "-r", str(rev),
                     "--overwrite"], check=True, capture_output=True)
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "cpu_seconds": _cpu_seconds(resource.RUSAGE_CHILDREN) - c0,
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds(resource.RUSAGE_CHILDREN) - c0,
             **_scores(read_pharaoh(fwd), read_pharaoh(rev), corpus, gold)}
-
-
-def _cpu_seconds(who) -> float:
-    """User plus system CPU seconds of this process (``RUSAGE_SELF``: all its threads) or of
-    its finished children: on 2 cores, up to twice the wall time when both are busy."""
-    use = resource.getrusage(who)
-    return use.ru_utime + use.ru_stime
 
 
 def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts: dict,
@@ -124,11 +117,11 @@ def run_ours(model: str, method: str, corpus: Path, gold: Path, work: Path, opts
             argv += ["--init-sweeps", "5"]
     else:
         argv += ["--iterations", str(opts["iterations"])]
-    t0, c0 = time.perf_counter(), _cpu_seconds(resource.RUSAGE_SELF)
+    t0, c0 = time.perf_counter(), cpu_seconds(resource.RUSAGE_SELF)
     if main(argv) != 0:
         raise SystemExit(f"wordalign failed: {argv}")
     seconds = time.perf_counter() - t0
-    cpu = _cpu_seconds(resource.RUSAGE_SELF) - c0
+    cpu = cpu_seconds(resource.RUSAGE_SELF) - c0
     report = json.loads((work / "run" / "report.json").read_text())
     out = {"seconds": seconds, "cpu_seconds": cpu, **_scores(read_pharaoh(work / "fwd"),
                                          read_pharaoh(work / "rev"), corpus, gold)}
