@@ -14,6 +14,7 @@ from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
 from ..structures.semi_markov import SemiMarkov
 from ..structures.tree_crf import TreeCRFStructure
+from .sparse import SparseMAP
 
 __all__ = ["LinearChainCRF", "SemiMarkovCRF", "TreeCRF", "CTC"]
 
@@ -31,6 +32,7 @@ class _StructureEvents(type(constraints.boolean)):
 
 class _JaxStructured(StructuredDistribution, Distribution):
     ops = jax_ops
+    sparse_class = SparseMAP
     arg_constraints: dict = {}
     support = _StructureEvents()
     has_enumerate_support = True

@@ -21,6 +21,9 @@ from ..core.heads import check_trees, chu_liu_edmonds, enumerate_trees
 from ..core.numerics import LOG_ZERO
 from ..structures import jax_ops
 from ..structures.eisner import eisner_value
+from ..structures.sparsemap import DEFAULT_MAX_ACTIVE
+from ..structures.training import Trainable
+from .sparse import SparseMAP
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
@@ -91,10 +94,11 @@ def _matrix_tree_log_partition(theta, lengths, single_root: bool):
     return log_abs_det(lap) + shift.sum(-1)
 
 
-class DependencyTree(Distribution):
+class DependencyTree(Trainable, Distribution):
     """As :class:`ppl_attention.pyro.trees.DependencyTree`: ``scores [..., N, N]``,
     ``lengths [...]`` (default N), ``projective``, ``single_root``; samples are
-    ``heads [..., N]``."""
+    ``heads [..., N]``; the relaxations and SparseMAP on the arc indicators, as there (the
+    non-projective MAP tree runs on the host, so under ``jit`` they take projective trees)."""
 
     arg_constraints: dict = {}
     has_enumerate_support = True
@@ -206,6 +210,47 @@ class DependencyTree(Distribution):
     @property
     def mode(self):
         return self.argmax()
+
+    # --- ways to train through it (structures/training.py), on the arc indicators -----------
+    ops = jax_ops
+    event_dims = 2
+
+    @property
+    def log_potentials(self):
+        return self.theta
+
+    @property
+    def trainable(self) -> DependencyTree:
+        return self
+
+    def aux(self) -> tuple:
+        return (self.lengths,)
+
+    def marginals_at(self, theta):
+        """Arc marginals at arc scores ``theta`` (these lengths and kind; differentiable)."""
+        return jax.grad(lambda t: self._partition(t).sum())(theta)
+
+    def argmax_at(self, theta, lengths):
+        """Arc indicators ``[..., N, N]`` of the MAP tree at ``theta`` with ``lengths``."""
+        theta = jax.lax.stop_gradient(theta)
+        lengths = jnp.broadcast_to(lengths, theta.shape[:-2])
+        if self.projective:
+            return jax.grad(lambda t: _eisner_log_partition(t, lengths, self.single_root,
+                                                            "max").sum())(theta)
+        if not _concrete(theta, lengths):
+            raise UserError("DependencyTree: the non-projective MAP tree (Chu–Liu–Edmonds) runs "
+                            "on the host, not under jax.jit; the relaxations and SparseMAP of "
+                            "a NumPyro program take projective trees (projective=True)")
+        tree = DependencyTree(theta, lengths, projective=False, single_root=self.single_root)
+        return heads_to_arcs(tree.argmax(), theta.dtype)
+
+    def sparse_values(self, events):
+        """SparseMAP's slots (arc indicators) as heads ``[K, ..., N]``."""
+        return arcs_to_heads(events, jnp.broadcast_to(self.lengths, events.shape[:-2]))
+
+    def sparsemap(self, max_active: int | None = None, max_iter: int | None = None) -> SparseMAP:
+        """SparseMAP's sparse distribution over these trees (heads)."""
+        return SparseMAP(self, max_active or DEFAULT_MAX_ACTIVE, max_iter)
 
     def sample(self, key, sample_shape=()):
         """Exact draws ``heads [*sample_shape, ..., N]``."""

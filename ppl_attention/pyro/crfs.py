@@ -17,12 +17,14 @@ from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
 from ..structures.semi_markov import SemiMarkov
 from ..structures.tree_crf import TreeCRFStructure
+from .sparse import SparseMAP
 
 __all__ = ["LinearChainCRF", "SemiMarkovCRF", "TreeCRF", "CTC"]
 
 
 class _TorchStructured(StructuredDistribution, TorchDistribution):
     ops = torch_ops
+    sparse_class = SparseMAP
     arg_constraints: dict = {}
     support = constraints.boolean
     has_enumerate_support = True

@@ -55,7 +55,10 @@ from ..core.heads import check_trees, chu_liu_edmonds, enumerate_trees
 from ..core.numerics import LOG_ZERO
 from ..structures import torch_ops
 from ..structures.eisner import eisner_value
+from ..structures.sparsemap import DEFAULT_MAX_ACTIVE
+from ..structures.training import Trainable
 from .distributions import categorical_draws
+from .sparse import SparseMAP
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
@@ -121,9 +124,13 @@ def _matrix_tree_log_partition(theta, lengths, single_root: bool, full: bool = F
     return torch.linalg.slogdet(lap).logabsdet + shift.sum(-1)
 
 
-class DependencyTree(TorchDistribution):
+class DependencyTree(Trainable, TorchDistribution):
     """Trees of the module docstring. ``scores [..., N, N]`` (float), ``lengths [...]`` (int,
     1 ≤ L ≤ N; default N); ``projective``, ``single_root``. A sample is ``heads [..., N]``.
+
+    The relaxations and SparseMAP (:mod:`ppl_attention.structures.training`) run on the arc
+    indicators ``[..., N, N]``: ``relaxed_sample`` returns relaxed arcs, ``sparsemap()`` a
+    sparse distribution over trees (heads).
 
     ``batch_shape = scores.shape[:-2]``, ``event_shape = (N,)``. Scores of padded arcs (a head
     or modifier at or past the length) are ignored, whatever their value; a non-finite score at a
@@ -281,6 +288,46 @@ class DependencyTree(TorchDistribution):
         return (self.log_partition - c.sum(-1)) - (self.marginals * (self.theta - c.unsqueeze(-2))
                                                    ).masked_fill(~self._real.unsqueeze(-2),
                                                                  0.0).sum((-1, -2))
+
+    # --- ways to train through it (structures/training.py), on the arc indicators -----------
+    ops = torch_ops
+    event_dims = 2
+
+    @property
+    def log_potentials(self) -> torch.Tensor:
+        return self.theta
+
+    @property
+    def trainable(self) -> DependencyTree:
+        return self
+
+    def aux(self) -> tuple:
+        return (self.lengths,)
+
+    def marginals_at(self, theta: torch.Tensor) -> torch.Tensor:
+        """Arc marginals at arc scores ``theta`` (these lengths and kind; differentiable)."""
+        return self._marginals(theta)
+
+    def argmax_at(self, theta: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Arc indicators ``[..., N, N]`` of the MAP tree at ``theta`` with ``lengths``."""
+        theta = theta.detach()
+        if self.projective:
+            with torch.enable_grad():
+                leaf = theta.requires_grad_(True)
+                (arcs,) = torch.autograd.grad(_eisner_log_partition(
+                    leaf, lengths.expand(theta.shape[:-2]), self.single_root, "max").sum(), leaf)
+            return arcs
+        tree = DependencyTree(theta, lengths.expand(theta.shape[:-2]), projective=False,
+                              single_root=self.single_root, validate_args=False)
+        return heads_to_arcs(tree.argmax(), theta.dtype)
+
+    def sparse_values(self, events: torch.Tensor) -> torch.Tensor:
+        """SparseMAP's slots (arc indicators) as heads ``[K, ..., N]``."""
+        return arcs_to_heads(events, self.lengths.expand(events.shape[:-2]))
+
+    def sparsemap(self, max_active: int | None = None, max_iter: int | None = None) -> SparseMAP:
+        """SparseMAP's sparse distribution over these trees (heads)."""
+        return SparseMAP(self, max_active or DEFAULT_MAX_ACTIVE, max_iter)
 
     # --- the MAP tree and exact draws ---------------------------------------------------------
     def argmax(self) -> torch.Tensor:

@@ -17,6 +17,8 @@ class StructuredDistribution:
 
     structure_class = None
     ops = None
+    #: the backend's SparseMAP distribution (:meth:`sparsemap`)
+    sparse_class = None
 
     def _make_structure(self, log_potentials, lengths):
         self.structure = self.structure_class(self.ops, log_potentials, lengths)
@@ -77,6 +79,31 @@ class StructuredDistribution:
         batch = tuple(log_potentials.shape[:len(log_potentials.shape)
                                            - len(self.structure.event_shape)])
         return type(self)(log_potentials, self.ops.expand(self.lengths, batch))
+
+    # --- ways to train through it (structures/training.py) ---------------------------------
+
+    @property
+    def trainable(self):
+        """What serves the relaxations and SparseMAP: the structure."""
+        return self.structure
+
+    def sparse_values(self, events):
+        """SparseMAP's slots as values of this distribution: the events themselves."""
+        return events
+
+    def relaxed_sample(self, kind: str, temperature: float = 1.0, noise: str = "gumbel",
+                       noise_scale: float = 1.0, lam: float = 10.0, key=None):
+        """A differentiable draw of the event ``[batch, *event]``: ``"perturbed"`` marginals
+        at ``temperature``, ``"straight-through"`` or ``"imle"`` (implicit MLE, ``lam`` its
+        λ) — :mod:`ppl_attention.structures.perturbation`; ``key``: NumPyro's PRNG key."""
+        return self.structure.relaxed_sample(kind, temperature, noise, noise_scale, lam, key)
+
+    def sparsemap(self, max_active: int | None = None, max_iter: int | None = None):
+        """SparseMAP's sparse distribution over this distribution's structures
+        (:mod:`ppl_attention.structures.sparsemap`), a distribution of the same backend."""
+        from .sparsemap import DEFAULT_MAX_ACTIVE
+
+        return self.sparse_class(self, max_active or DEFAULT_MAX_ACTIVE, max_iter)
 
     def argmax(self):
         """The event of the most probable structure ``[batch, *event]``."""

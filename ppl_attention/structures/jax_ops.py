@@ -254,6 +254,11 @@ def cumsum(x, dim: int):
     return jnp.cumsum(x, dim)
 
 
+def sort_desc(x):
+    """``x`` sorted along its last axis, largest first (differentiable: a permutation)."""
+    return -jnp.sort(-x, axis=-1)
+
+
 def cast_like(x, like):
     return jnp.asarray(x, dtype=like.dtype)
 
@@ -301,6 +306,64 @@ def full_last(like, k: int, value):
 def diag(x, offset: int):
     """``x [..., n, n]``'s entries (i, i + offset) → ``[..., n − |offset|]``."""
     return jnp.diagonal(x, offset, -2, -1)
+
+
+def solve(a, b):
+    """x with a x = b for square ``a [..., n, n]`` and ``b [..., n]``."""
+    return jnp.linalg.solve(a, b[..., None])[..., 0]
+
+
+def eps(like) -> float:
+    """The machine epsilon of ``like``'s dtype."""
+    return float(jnp.finfo(like.dtype).eps)
+
+
+def while_loop(cond, body, carry):
+    """``carry = body(carry)`` while ``cond(carry)`` (``lax.while_loop``: not differentiated
+    through — what runs in it is held constant)."""
+    return jax.lax.while_loop(cond, body, carry)
+
+
+def gumbel(key, like):
+    """Standard Gumbel noise of ``like``'s shape and dtype, drawn with ``key``."""
+    return jax.random.gumbel(key, like.shape, like.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _custom_backward(fwd, bwd, x, *aux):
+    return fwd(x, *aux)
+
+
+def _custom_backward_fwd(fwd, bwd, x, *aux):
+    y = fwd(x, *aux)
+    return y, (x, y, aux)
+
+
+def _zero_cotangent(a):
+    if jnp.issubdtype(a.dtype, jnp.inexact):
+        return jnp.zeros_like(a)
+    import numpy as np
+
+    return np.zeros(a.shape, dtype=jax.dtypes.float0)
+
+
+def _custom_backward_bwd(fwd, bwd, res, g):
+    x, y, aux = res
+    return (bwd(x, y, g, *aux),) + tuple(_zero_cotangent(a) for a in aux)
+
+
+_custom_backward.defvjp(_custom_backward_fwd, _custom_backward_bwd)
+
+
+def custom_backward(fwd, bwd, x, *aux):
+    """y = ``fwd(x, *aux)`` whose backward pass is ``bwd(x, y, g, *aux)`` (the gradient in x
+    for the incoming gradient g; ``aux``: arrays held constant, passed explicitly — a
+    ``custom_vjp`` may not close over traced values)."""
+    return _custom_backward(fwd, bwd, x, *aux)
+
+
+def log(x):
+    return jnp.log(x)
 
 
 # --- charts over spans (structures.eisner, structures.tree_crf): full size, one fori_loop step

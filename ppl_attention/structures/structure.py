@@ -13,6 +13,11 @@ class derives, on either backend's operation table ``ops``:
 - ``log_prob(event)`` = ⟨event, θ⟩ − log Z;
 - ``entropy`` H(p) = log Z − ⟨μ_p, θ⟩;
 - ``cross_entropy(q)`` = −E_p[log q] = log Z_q − ⟨μ_p, θ_q⟩;  ``kl(q)`` = CE(p, q) − H(p).
+
+and the ways to train through a structure that need only its marginals and its MAP oracle
+(at any potentials: ``marginals_at``, ``argmax_at``): ``relaxed_sample`` — perturbed
+marginals, straight-through, implicit MLE (:mod:`.perturbation`) — and ``sparsemap``, a sparse
+distribution over a few structures (:mod:`.sparsemap`).
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import numpy as np
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
 from .semirings import LOG, MAX, SAMPLE, kmax
+from .training import Trainable
 
 
-class Structure:
+class Structure(Trainable):
     """One structured distribution over events of the shape of ``log_potentials`` (its last
     ``event_dims`` dimensions; the ones before are the batch), with ``lengths`` ``[batch]``
     (None: full). Subclasses give ``value``, ``check`` and ``size`` (the n that lengths are
@@ -132,6 +138,33 @@ class Structure:
         events = self.ops.where(real.reshape(tuple(real.shape) + (1,) * self.event_dims), events,
                                 self.ops.full_like(events, 0.0))
         return events, self.ops.where(real, scores, self.ops.full_like(scores, -float("inf")))
+
+    # --- ways to train through the structure --------------------------------------------
+
+    def aux(self) -> tuple:
+        """The lengths as a tuple of arrays (what :meth:`argmax_at` takes besides θ)."""
+        lengths = None if self.full and self.full_lengths_as_none else self.lengths
+        if lengths is None:
+            return ()
+        return tuple(lengths) if isinstance(lengths, tuple) else (lengths,)
+
+    def _lengths_of(self, aux):
+        if not aux:
+            return None
+        return tuple(aux) if isinstance(self.lengths, tuple) else aux[0]
+
+    def marginals_at(self, theta):
+        """∇ log Z at potentials ``theta`` of this structure's shape and lengths
+        (differentiable in ``theta``)."""
+        return self.ops.grad(lambda th: self._value(LOG, th), theta)
+
+    def argmax_at(self, theta, *aux):
+        """The event of the best structure under potentials ``theta`` (lengths from ``aux``,
+        :meth:`aux`; no gradient)."""
+        lengths = self._lengths_of(aux)
+        value = self.ops.compiled(self.value)
+        theta = self.ops.stop_gradient(theta)
+        return self.ops.grad(lambda th: value(self.ops, MAX, th, lengths, None), theta)
 
     def score(self, event):
         """s(y) = ⟨event, θ⟩ ``[..., batch]``."""

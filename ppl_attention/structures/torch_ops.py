@@ -295,6 +295,11 @@ def cumsum(x, dim: int):
     return torch.cumsum(x, dim)
 
 
+def sort_desc(x):
+    """``x`` sorted along its last axis, largest first (differentiable: a permutation)."""
+    return torch.sort(x, dim=-1, descending=True).values
+
+
 def cast_like(x, like):
     return x.to(dtype=like.dtype, device=like.device)
 
@@ -330,6 +335,54 @@ def full_last(like, k: int, value):
 def diag(x, offset: int):
     """``x [..., n, n]``'s entries (i, i + offset) → ``[..., n − |offset|]``."""
     return torch.diagonal(x, offset, -2, -1)
+
+
+def solve(a, b):
+    """x with a x = b for square ``a [..., n, n]`` and ``b [..., n]``."""
+    return torch.linalg.solve(a, b)
+
+
+def eps(like) -> float:
+    """The machine epsilon of ``like``'s dtype."""
+    return torch.finfo(like.dtype).eps
+
+
+def while_loop(cond, body, carry):
+    """``carry = body(carry)`` while ``cond(carry)`` (a Python loop)."""
+    while bool(cond(carry)):
+        carry = body(carry)
+    return carry
+
+
+def gumbel(key, like):
+    """Standard Gumbel noise of ``like``'s shape, dtype and device (``key``: unused — torch's
+    generator, seeded by ``torch.manual_seed`` / ``pyro.set_rng_seed``)."""
+    u = torch.rand_like(like).clamp_(torch.finfo(like.dtype).tiny, 1.0)
+    return -torch.log(-torch.log(u))
+
+
+class _CustomBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, fwd, bwd, *aux):
+        y = fwd(x, *aux)
+        ctx.save_for_backward(x, y, *aux)
+        ctx.bwd = bwd
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y, *aux = ctx.saved_tensors
+        return (ctx.bwd(x, y, g, *aux), None, None) + (None,) * len(aux)
+
+
+def custom_backward(fwd, bwd, x, *aux):
+    """y = ``fwd(x, *aux)`` whose backward pass is ``bwd(x, y, g, *aux)`` (the gradient in x
+    for the incoming gradient g; ``aux``: arrays held constant)."""
+    return _CustomBackward.apply(x, fwd, bwd, *aux)
+
+
+def log(x):
+    return torch.log(x)
 
 
 # --- charts over spans (structures.eisner, structures.tree_crf): grown one column per width ----
