@@ -149,6 +149,7 @@ def add_method_options(p, cls) -> None:
     from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, options_help
 
     if not global_latents(cls):
+        add_alignment_method_options(p, cls)
         return
     g = p.add_argument_group("method options (the methods for global latents)")
     used = {k for m in GLOBAL_METHODS.values() if m.serves("train") for k in m.options["train"]}
@@ -156,6 +157,35 @@ def add_method_options(p, cls) -> None:
         if name in used:
             g.add_argument(o.flag, dest=f"method__{name}", type=o.kind, default=None,
                            metavar=o.kind.__name__.upper(), help=options_help(name, "train"))
+
+
+def add_alignment_method_options(p, cls) -> None:
+    """The options of the alignment methods (a relaxation's temperature and noise, SparseMAP's
+    slots, α-entmax's α), each declared once in
+    :data:`~ppl_attention.core.method_specs.METHOD_OPTIONS`; a method refuses one it does not
+    take, and ``compare`` one that none of its methods takes. A model option of the same name
+    keeps its flag."""
+    from ..core.method_specs import ALIGNMENT_OPTIONS, METHOD_OPTIONS, METHOD_SPECS
+
+    taken = set(model_options(cls))
+    g = p.add_argument_group("method options (the alignment methods: relaxations, SparseMAP, "
+                             "entmax)")
+    for name in ALIGNMENT_OPTIONS:
+        if name in taken:
+            continue
+        o = METHOD_OPTIONS[name]
+        takers = [f"{m} {spec.options[name]}" for m, spec in METHOD_SPECS.items()
+                  if name in spec.options]
+        text = f"{o.help} (default: {', '.join(takers)})"
+        if o.kind is bool:
+            g.add_argument(o.flag, dest=f"method__{name}", action=argparse.BooleanOptionalAction,
+                           default=None, help=text)
+        elif o.kind is str:
+            g.add_argument(o.flag, dest=f"method__{name}", choices=o.choices, default=None,
+                           help=text)
+        else:
+            g.add_argument(o.flag, dest=f"method__{name}", type=o.kind, default=None,
+                           metavar=o.kind.__name__.upper(), help=text)
 
 
 def add_device(p, per_job: bool = False) -> None:

@@ -292,6 +292,16 @@ def check_method(cls, method, family=None, where: str = "") -> None:
     if families is not None and spec.name not in families:
         raise UserError(f"{where}method {method.name!r} uses the {spec.name!r} family; {name} "
                         f"supports {', '.join(families)}")
+    if family is not None and getattr(family, "spec", None) is not None:
+        built = family._config()
+        if spec.name != family.name or any(built.get(k, v) != v
+                                           for k, v in method.family_options.items()):
+            want = ", ".join(f"{k}={v!r}" for k, v in method.family_options.items())
+            has = ", ".join(f"{k}={v!r}" for k, v in built.items())
+            raise UserError(f"{where}method {method.name!r} trains the {spec.name!r} family"
+                            f"{f' ({want})' if want else ''}; the {name} was built with "
+                            f"{type(family).__name__}({has}) — build it with "
+                            f"family=get_method({method.name!r}).family()")
     for cap in method.requires:
         member = {"soft-likelihood": "soft_token_log_likelihood",
                   "arc-emissions": "arc_emission_scores"}[cap]

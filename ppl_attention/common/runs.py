@@ -182,8 +182,8 @@ class Run:
             model_class = _model_class(spec, path)
         native = model_backend(model_class) == "numpyro"
         samples = None
-        family = get_backend("numpyro" if native else "pyro").method_family(cfg["method"],
-                                                                            model_class)
+        family = get_backend("numpyro" if native else "pyro").method_family(
+            cfg["method"], model_class, cfg.get("method_options"))
         try:
             model = model_class(**cfg["model"], family=family)
         except TypeError as e:

@@ -26,7 +26,13 @@ Traits:
 - ``selects``: the site is a selection of parts of the source per query (``segments``,
   ``spans``): its weights are linear in the selection, its MAP alignment links a query to every
   position its MAP selection reads, and calibration reads each part (a segment family's
-  positions, a span family's spans) as selected or not.
+  positions, a span family's spans) as selected or not;
+- ``sparse``: the weights (a deterministic family: sparsemax, α-entmax) or the posterior q
+  (``sparse-categorical``: sparsemax; a structured family with ``sparsemap=True``: SparseMAP)
+  have exact zeros — the number of positions or structures with weight above 0 is a figure
+  (``support`` in ``evaluate`` and ``compare``). A structured family's ``sparsemap`` makes its
+  q SparseMAP's distribution over a few structures (at most ``max_active``), enumerated
+  exactly by the methods that use it.
 
 Tools and models read these attributes (``family.enumerable`` …); nothing checks a family's
 name.
@@ -72,7 +78,10 @@ class FamilySpec:
     segments: bool = False
     spans: bool = False
     selects: bool = False
+    sparse: bool = False
     params: dict[str, tuple[object, Callable]] = field(default_factory=dict)
+    #: parameters that apply only with another, boolean one on: ``{"max_active": "sparsemap"}``
+    needs: dict[str, str] = field(default_factory=dict)
     #: what is known to make training with this family diverge, and what to try (the
     #: divergence message of a run quotes it)
     instability: str = ""
@@ -90,13 +99,16 @@ class FamilySpec:
         out = {}
         for key, (default, check) in self.params.items():
             out[key] = check(kwargs.get(key, default))
+        for key, switch in self.needs.items():
+            if key in kwargs and not out[switch]:
+                raise UserError(f"family {self.name!r}: {key} applies with {switch}=True only")
         return out
 
     @property
     def traits(self) -> dict[str, bool]:
         return {k: getattr(self, k) for k in ("enumerable", "deterministic", "reparameterized",
                                               "normalizes", "markov", "latent_context", "tree",
-                                              "segments", "spans", "selects")}
+                                              "segments", "spans", "selects", "sparse")}
 
 
 _BAM = {"prior": ("contextual", _choice("prior", ("contextual", "constant"))),
@@ -106,9 +118,29 @@ _SEGMENTS = {"max_len": (3, _int("max_len", 1))}
 
 _TREE = {"projective": (True, _bool("projective")), "single_root": (True, _bool("single_root"))}
 
+#: a sampled structured family's posterior as SparseMAP's sparse distribution
+_SPARSEMAP = {"sparsemap": (False, _bool("sparsemap")),
+              "max_active": (10, _int("max_active", 1))}
+_NEEDS = {"max_active": "sparsemap"}
+
+
+def _alpha(v):
+    v = check_positive("alpha", v)
+    if v <= 1:
+        raise UserError(f"alpha must be above 1 (α-entmax; 2 is sparsemax), got {v}")
+    return v
+
 FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
     FamilySpec("soft", deterministic=True,
                value="none: the weights softmax(scores) [B, T, S], context weights @ values"),
+    FamilySpec("sparsemax", deterministic=True, sparse=True,
+               value="none: the weights sparsemax(scores) [B, T, S] (exact zeros; 0 on masked "
+               "positions), context weights @ values"),
+    FamilySpec("entmax", deterministic=True, sparse=True,
+               value="none: the weights α-entmax(scores) [B, T, S] (exact zeros for α > 1; 0 on "
+               "masked positions), context weights @ values",
+               params={"alpha": (1.5, _alpha), "learn_alpha": (False, _bool("learn_alpha")),
+                       "n_iter": (50, _int("n_iter", 1))}),
     FamilySpec("categorical", enumerable=True,
                value="a source position z_t [B, T] (int); the context values[z_t] [..., B, T, dv]",
                enumerated="write the site with infer={'enumerate': 'parallel'} and no target_mask: "
@@ -116,6 +148,12 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
                instability="a sampled categorical guide's score-function gradient has high "
                "variance (hard-sample, vae-sample): lower --lr or --clip, or enumerate "
                "(hard-enum, vae-enum)"),
+    FamilySpec("sparse-categorical", enumerable=True, sparse=True,
+               value="a source position z_t [B, T] (int): the prior softmax(scores) in the "
+               "model, q = sparsemax(scores) in the guide (exact zeros, enumerated over its "
+               "support); the context values[z_t] [..., B, T, dv]",
+               enumerated="write the site with infer={'enumerate': 'parallel'} and no target_mask "
+               "(as categorical): the guide's q is enumerated over its support"),
     FamilySpec("relaxed-categorical", reparameterized=True,
                value="a point of the simplex [B, T, S] (0 on masked positions)",
                params={"temperature": (0.5, _positive("temperature"))},
@@ -151,7 +189,8 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
                params={"max_jump": (3, _int("max_jump", 1)), "max_back": (0, _int("max_back", 0))}),
     FamilySpec("segment-crf", deterministic=True,
                value="none: a binary CRF's marginals as weights [B, T, S]"),
-    FamilySpec("segments", segments=True, selects=True, params=_SEGMENTS,
+    FamilySpec("segments", segments=True, selects=True, params={**_SEGMENTS, **_SPARSEMAP},
+               needs=_NEEDS,
                value="a selection of source segments (phrases of at most max_len positions) per "
                "query, the event of a semi-Markov CRF [B, T, S, max_len, 2, 2]; the weights its "
                "coverage [B, T, S] (1 on every selected position), the context coverage @ values",
@@ -161,7 +200,7 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
                params=_SEGMENTS,
                value="none: the exact coverage marginals p(position k selected) [B, T, S] of the "
                "semi-Markov selection as weights"),
-    FamilySpec("spans", spans=True, selects=True,
+    FamilySpec("spans", spans=True, selects=True, params=_SPARSEMAP, needs=_NEEDS,
                value="constituents of a binary tree over the source, each read or not, per "
                "query: the event of a constituency CRF [B, T, S, S, 2]; the weights add each "
                "read span's average [B, T, S], the context weights @ values",
@@ -170,7 +209,7 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
     FamilySpec("span-marginals", deterministic=True, spans=True, selects=True,
                value="none: the exact marginal weights E[w(z)] [B, T, S] of the constituency "
                "selection"),
-    FamilySpec("tree", tree=True, params=_TREE,
+    FamilySpec("tree", tree=True, params={**_TREE, **_SPARSEMAP}, needs=_NEEDS,
                value="a dependency tree, heads [B, 1, S] (one per sentence, outside the target "
                "plate) or [B, T, S] (one per query); the context reads each word with its "
                "parent and children, [B, T, 3·dv]",
@@ -183,6 +222,29 @@ FAMILY_SPECS: dict[str, FamilySpec] = {s.name: s for s in [
                value="none: the arc marginals [B, 1 or T, S, S]; the context is their "
                "expectation, [B, T, 3·dv]"),
 ]}
+
+
+class Configured:
+    """What both backends' ``Family`` base classes share: a family's parameters checked
+    against its ``spec`` and kept (``_configure``), and given back as what rebuilds it
+    (``_config``)."""
+
+    spec: FamilySpec | None = None
+
+    def _configure(self, **kwargs) -> dict:
+        """Check the parameters against the spec, keep them; the full configuration (a
+        parameter given as None takes its default)."""
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        cfg = self.spec.validate(**kwargs) if self.spec is not None else dict(kwargs)
+        self._cfg = cfg
+        return cfg
+
+    def _config(self) -> dict:
+        """The family's parameters (``type(f)(**f._config())`` rebuilds it; a parameter whose
+        switch is off is left out, as if not given)."""
+        cfg = dict(getattr(self, "_cfg", {}))
+        needs = self.spec.needs if self.spec is not None else {}
+        return {k: v for k, v in cfg.items() if not (k in needs and not cfg.get(needs[k]))}
 
 
 def family_spec(name: str) -> FamilySpec:

@@ -44,144 +44,7 @@ from .family_specs import FamilySpec, family_spec
 OBJECTIVES = ("Trace_ELBO", "TraceEnum_ELBO", "TraceGraph_ELBO", "TraceMeanField_ELBO",
               "ReweightedWakeSleep", "ScoreFunctionKL_ELBO")
 POSTERIORS = ("none", "prior", "inference")
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """How one inference method trains a model.
-
-    ``family`` / ``family_options``: the alignment family the model samples (a name of
-    :data:`~ppl_attention.core.family_specs.FAMILY_SPECS`); ``posterior``: the alignment guide;
-    ``objective``: the estimator, by Pyro's class name; ``enumerate_model`` /
-    ``enumerate_guide``: parallel enumeration on that side; ``baseline``: REINFORCE control
-    variate for a sampled categorical guide ("soft": var-attn's soft-attention log-likelihood);
-    ``anneal_rho``: KL weight λ(t) = sigmoid(t·ρ − 6) on the alignment sites (BAM), or None;
-    ``particles``: samples per step (reweighted wake-sleep's K).
-    """
-
-    name: str
-    description: str
-    family: str
-    posterior: str
-    objective: str
-    family_options: dict = field(default_factory=dict)
-    enumerate_model: bool = False
-    enumerate_guide: bool = False
-    baseline: str | None = None
-    anneal_rho: float | None = None
-    particles: int = 1
-
-    def __post_init__(self):
-        family_spec(self.family).validate(**self.family_options)
-        if self.posterior not in POSTERIORS or self.objective not in OBJECTIVES:
-            raise UserError(f"method {self.name!r}: posterior must be one of {POSTERIORS} and "
-                            f"objective one of {OBJECTIVES}")
-
-    @property
-    def family_spec(self) -> FamilySpec:
-        return family_spec(self.family)
-
-    @property
-    def samples_alignment(self) -> bool:
-        """Does one step of the method draw a random alignment (a sampled guide site)? Not when
-        the family is deterministic or the alignment is enumerated, nor without a guide."""
-        fam = self.family_spec
-        if fam.deterministic or self.enumerate_model or self.enumerate_guide:
-            return False
-        return self.posterior != "none"
-
-    @property
-    def requires(self) -> tuple[str, ...]:
-        """Capabilities the model needs beyond ``model`` and ``guide``."""
-        need = ("soft-likelihood",) if self.baseline == "soft" else ()
-        if self.family_spec.tree and self.enumerate_model:
-            need += ("arc-emissions",)
-        return need
-
-
-METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
-    MethodSpec("soft", "soft attention, maximum likelihood [Soft attention]",
-               "soft", "none", "Trace_ELBO"),
-    MethodSpec("exact", "exact marginal likelihood by enumeration [Marginal likelihood]",
-               "categorical", "none", "TraceEnum_ELBO", enumerate_model=True),
-    MethodSpec("hmm-exact", "exact marginal likelihood of hard monotonic (HMM) attention, "
-               "forward algorithm [Wu & Cotterell 2019]",
-               "markov-categorical", "none", "TraceEnum_ELBO", enumerate_model=True),
-    MethodSpec("hard-enum", "E_p[log p(y|z)] enumerated, prior as guide [Hard attention + Enum]",
-               "categorical", "prior", "TraceEnum_ELBO", enumerate_guide=True),
-    MethodSpec("hard-sample", "E_p[log p(y|z)] by REINFORCE, prior as guide "
-               "[Hard attention + Sample]",
-               "categorical", "prior", "TraceGraph_ELBO", baseline="soft"),
-    MethodSpec("vae-enum", "exact ELBO with q(z|x,y) enumerated [Variational attention + Enum]",
-               "categorical", "inference", "TraceEnum_ELBO", enumerate_guide=True),
-    MethodSpec("vae-sample", "ELBO by REINFORCE with baselines [Variational attention + Sample]",
-               "categorical", "inference", "TraceGraph_ELBO", baseline="soft"),
-    MethodSpec("vae-gumbel", "Concrete relaxation of q and p, reparameterized",
-               "relaxed-categorical", "inference", "Trace_ELBO",
-               family_options={"temperature": 0.5}),
-    MethodSpec("vae-rws", "reweighted wake-sleep with q(z|x,y) (K=5)",
-               "categorical", "inference", "ReweightedWakeSleep", particles=5),
-    MethodSpec("dirichlet", "Dirichlet alignment, implicit reparameterization "
-               "[Variational relaxed attention]",
-               "dirichlet", "inference", "TraceMeanField_ELBO",
-               family_options={"concentration": 1.0}),
-    MethodSpec("bam-weibull", "BAM-WC: Weibull attention, contextual Gamma prior, analytic KL",
-               "weibull", "prior", "TraceMeanField_ELBO", family_options={"k": 10.0},
-               anneal_rho=0.02),
-    MethodSpec("bam-lognormal", "BAM-LC: LogNormal attention, contextual prior, analytic KL",
-               "lognormal", "prior", "TraceMeanField_ELBO", family_options={"sigma": 0.5},
-               anneal_rho=0.02),
-    MethodSpec("gaussian-context", "Gaussian context vector [Variational attention, Bahuleyan]",
-               "gaussian-context", "inference", "TraceMeanField_ELBO",
-               family_options={"prior": "soft"}),
-    MethodSpec("segment-crf", "segmentation attention: binary linear-chain CRF marginals, maximum "
-               "likelihood [Structured attention, Kim et al. 2017]",
-               "segment-crf", "none", "Trace_ELBO"),
-    MethodSpec("segments-marginals", "attention over segments: each query reads the source "
-               "phrases a semi-Markov CRF selects, weighted by their exact coverage marginals, "
-               "maximum likelihood", "segment-marginals", "none", "Trace_ELBO"),
-    MethodSpec("segments-sample", "a latent selection of source segments per query: ELBO by the "
-               "score function with the exact semi-Markov KL, q(selection | x, y), "
-               "segments-marginals baseline",
-               "segments", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
-    MethodSpec("spans-marginals", "attention over spans: each query reads the constituents a "
-               "constituency CRF over the source reads, weighted by their exact span marginals "
-               "(inside-outside), maximum likelihood", "span-marginals", "none", "Trace_ELBO"),
-    MethodSpec("spans-sample", "a latent labelled binary tree per query whose read constituents "
-               "it attends to: ELBO by the score function with the exact constituency KL, "
-               "q(tree | x, y), spans-marginals baseline",
-               "spans", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
-    MethodSpec("tree-marginals", "syntactic attention: each word read with its parent and "
-               "children weighted by exact dependency-tree arc marginals (inside-outside), maximum "
-               "likelihood [Structured attention, Kim et al. 2017]",
-               "tree-marginals", "none", "Trace_ELBO"),
-    MethodSpec("tree-sample", "a latent dependency tree per sentence: ELBO by the score function "
-               "with the exact tree KL, q(tree | x, y), tree-marginals baseline",
-               "tree", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
-    MethodSpec("tree-exact", "exact log p(y | x) = log Z(prior + emission) - log Z(prior) of a "
-               "latent tree whose emission factors over arcs",
-               "tree", "none", "Trace_ELBO", enumerate_model=True),
-]}
-
-
-def method_spec(name: str) -> MethodSpec:
-    try:
-        return METHOD_SPECS[name]
-    except KeyError:
-        raise UserError(f"unknown method {name!r}; valid: {', '.join(METHOD_SPECS)}") from None
-
-
-def guide_posterior(method: str, model) -> str:
-    """The guide a run of ``method`` on ``model`` reads its posterior from ("inference" or
-    "prior"): the method's own, or for a method without one (an exact method) the model's
-    inference network where it offers one — both backends' evaluation by importance sampling."""
-    p = method_spec(method).posterior
-    if p != "none":
-        return p
-    return "inference" if "inference" in getattr(model, "posteriors", POSTERIORS) else "prior"
-
-
-# --- methods for global latents ----------------------------------------------------------------
+RELAXATIONS = ("perturbed", "straight-through", "imle")
 
 
 @dataclass(frozen=True)
@@ -195,6 +58,7 @@ class MethodOption:
     minimum: float = 0
     exclusive: bool = False
     maximum: float | None = None
+    choices: tuple = ()
 
     @property
     def flag(self) -> str:
@@ -202,6 +66,17 @@ class MethodOption:
 
     def check(self, value):
         """``value`` converted to ``kind`` and checked; a bad one raises naming the flag."""
+        if self.kind is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                return value.lower() in ("true", "1")
+            if not isinstance(value, bool):
+                raise UserError(f"{self.flag}: expected true or false, got {value!r}")
+            return value
+        if self.kind is str:
+            if value not in self.choices:
+                raise UserError(f"{self.flag} must be one of {', '.join(self.choices)}, got "
+                                f"{value!r}")
+            return value
         try:
             v = self.kind(value)
         except (TypeError, ValueError):
@@ -232,7 +107,265 @@ METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
     MethodOption("tau", float, "step delay τ of the step size (t + τ)^−κ", 0, exclusive=True),
     MethodOption("kappa", float, "step decay κ of the step size (t + τ)^−κ", 0.5,
                  exclusive=True, maximum=1),
+    # the alignment methods' own (MethodSpec.options)
+    MethodOption("temperature", float, "the relaxation's temperature τ: perturbed marginals at "
+                 "(θ + ε)/τ", 0, exclusive=True),
+    MethodOption("noise", str, "the perturbation ε of the potentials", choices=("gumbel", "none")),
+    MethodOption("noise_scale", float, "the scale of the perturbation ε", 0, exclusive=True),
+    MethodOption("imle_lambda", float, "implicit MLE's λ: the target distribution θ − λ·∂loss/∂z",
+                 0, exclusive=True),
+    MethodOption("max_active", int, "SparseMAP's slots: the most structures q holds", 1),
+    MethodOption("alpha", float, "α of α-entmax (above 1; 1.5 and 2 exact by sorting, others "
+                 "by bisection)", 1, exclusive=True),
+    MethodOption("learn_alpha", bool, "learn α of α-entmax, from --alpha (bisection)"),
 ]}
+
+#: the method options of the alignment methods (the rest are the global methods')
+ALIGNMENT_OPTIONS = ("temperature", "noise", "noise_scale", "imle_lambda", "max_active", "alpha",
+                     "learn_alpha")
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """How one inference method trains a model.
+
+    ``family`` / ``family_options``: the alignment family the model samples (a name of
+    :data:`~ppl_attention.core.family_specs.FAMILY_SPECS`); ``posterior``: the alignment guide;
+    ``objective``: the estimator, by Pyro's class name; ``enumerate_model`` /
+    ``enumerate_guide``: parallel enumeration on that side; ``baseline``: REINFORCE control
+    variate for a sampled categorical guide ("soft": var-attn's soft-attention log-likelihood);
+    ``anneal_rho``: KL weight λ(t) = sigmoid(t·ρ − 6) on the alignment sites (BAM), or None;
+    ``particles``: samples per step (reweighted wake-sleep's K); ``relaxation``: the guide's
+    draw made differentiable (``"perturbed"``, ``"straight-through"``, ``"imle"``:
+    :mod:`ppl_attention.structures.perturbation`) for a pathwise gradient with the closed-form
+    KL, or None; ``options``: the method options it takes (names of :data:`METHOD_OPTIONS`)
+    with their defaults — a family parameter of that name is set on the family, the others
+    are the relaxation's.
+    """
+
+    name: str
+    description: str
+    family: str
+    posterior: str
+    objective: str
+    family_options: dict = field(default_factory=dict)
+    enumerate_model: bool = False
+    enumerate_guide: bool = False
+    baseline: str | None = None
+    anneal_rho: float | None = None
+    particles: int = 1
+    relaxation: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        family_spec(self.family).validate(**self.family_options)
+        if self.posterior not in POSTERIORS or self.objective not in OBJECTIVES:
+            raise UserError(f"method {self.name!r}: posterior must be one of {POSTERIORS} and "
+                            f"objective one of {OBJECTIVES}")
+        if self.relaxation is not None and self.relaxation not in RELAXATIONS:
+            raise UserError(f"method {self.name!r}: relaxation must be one of {RELAXATIONS}")
+        unknown = sorted(set(self.options) - set(METHOD_OPTIONS))
+        if unknown:
+            raise UserError(f"method {self.name!r}: unknown method options {unknown}")
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def resolve_options(self, given: dict | None = None) -> dict:
+        """The method's options: ``given`` (None values: not given) checked and over its
+        defaults; an option it does not take is refused, naming those it takes."""
+        given = {k: v for k, v in (given or {}).items() if v is not None}
+        wrong = sorted(k for k in given if k not in self.options)
+        if wrong:
+            o = METHOD_OPTIONS[wrong[0]].flag if wrong[0] in METHOD_OPTIONS else wrong[0]
+            takes = ", ".join(METHOD_OPTIONS[k].flag for k in self.options) or \
+                "no method option"
+            raise UserError(f"{o} does not apply to --method {self.name} (it takes {takes})")
+        out = {k: METHOD_OPTIONS[k].check(given[k]) if k in given else d
+               for k, d in self.options.items()}
+        return out
+
+    def options_of_family(self, given: dict | None, family_config: dict) -> dict:
+        """The options of a run whose model was built with a family of ``family_config``: the
+        family's parameters where the method's options set one (a ``given`` one that differs
+        is refused), ``given`` for the rest."""
+        given = {k: v for k, v in (given or {}).items() if v is not None}
+        params = self.family_spec.params
+        out = dict(given)
+        for k in self.options:
+            if k in params and k in family_config:
+                if k in given and METHOD_OPTIONS[k].check(given[k]) != family_config[k]:
+                    raise UserError(f"{METHOD_OPTIONS[k].flag} {given[k]!r}: the model's family "
+                                    f"has {k}={family_config[k]!r}")
+                out[k] = family_config[k]
+        return self.resolve_options(out)
+
+    def family_kwargs(self, options: dict | None = None) -> dict:
+        """The family's parameters: the method's own, then those of ``options`` that are
+        family parameters (resolved first)."""
+        resolved = self.resolve_options(options)
+        params = self.family_spec.params
+        return {**self.family_options, **{k: v for k, v in resolved.items() if k in params}}
+
+    def relaxation_kwargs(self, options: dict | None = None) -> dict:
+        """The relaxation's settings (``temperature``, ``noise``, ``noise_scale``, ``lam``):
+        :func:`ppl_attention.structures.perturbation.relaxed_sample`'s keywords."""
+        resolved = self.resolve_options(options)
+        out = {k: resolved[k] for k in ("temperature", "noise", "noise_scale") if k in resolved}
+        if "imle_lambda" in resolved:
+            out["lam"] = resolved["imle_lambda"]
+        return out
+
+    @property
+    def family_spec(self) -> FamilySpec:
+        return family_spec(self.family)
+
+    @property
+    def samples_alignment(self) -> bool:
+        """Does one step of the method draw a random alignment (a sampled guide site)? Not when
+        the family is deterministic or the alignment is enumerated, nor without a guide."""
+        fam = self.family_spec
+        if fam.deterministic or self.enumerate_model or self.enumerate_guide:
+            return False
+        return self.posterior != "none"
+
+    @property
+    def exact_expectation(self) -> bool:
+        """Is E_q over the alignment summed exactly (the guide's site enumerated: q categorical,
+        sparse or SparseMAP)?"""
+        return self.enumerate_guide
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """Capabilities the model needs beyond ``model`` and ``guide``."""
+        need = ("soft-likelihood",) if self.baseline == "soft" else ()
+        if self.family_spec.tree and self.enumerate_model:
+            need += ("arc-emissions",)
+        return need
+
+
+_PERTURBATION = {"noise": "gumbel", "noise_scale": 1.0}
+_RELAXED = {"temperature": 1.0, **_PERTURBATION}
+_IMLE = {"imle_lambda": 10.0, **_PERTURBATION}
+
+
+def _structured_ways(prefix: str, family: str, what: str) -> list[MethodSpec]:
+    """SparseMAP and the three relaxations of a sampled structured family: one method each."""
+    return [
+        MethodSpec(f"{prefix}-sparsemap", f"{what}: q is SparseMAP's sparse distribution over a "
+                   "few structures of the inference network's potentials; the ELBO summed "
+                   "exactly over them [Correia et al. 2020]", family, "inference",
+                   "TraceEnum_ELBO", family_options={"sparsemap": True}, enumerate_guide=True,
+                   options={"max_active": 10}),
+        MethodSpec(f"{prefix}-perturbed", f"{what}: perturbed marginals of q at temperature τ "
+                   "as the draw, pathwise, with the exact KL [stochastic softmax trick]",
+                   family, "inference", "ScoreFunctionKL_ELBO", relaxation="perturbed",
+                   options=_RELAXED),
+        MethodSpec(f"{prefix}-st", f"{what}: perturb-and-MAP forward, the perturbed marginals' "
+                   "gradient backward (straight-through), with the exact KL", family,
+                   "inference", "ScoreFunctionKL_ELBO", relaxation="straight-through",
+                   options=_RELAXED),
+        MethodSpec(f"{prefix}-imle", f"{what}: perturb-and-MAP forward, implicit MLE's gradient "
+                   "backward, with the exact KL [Niepert et al. 2021]", family, "inference",
+                   "ScoreFunctionKL_ELBO", relaxation="imle", options=_IMLE),
+    ]
+
+
+METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
+    MethodSpec("soft", "soft attention, maximum likelihood [Soft attention]",
+               "soft", "none", "Trace_ELBO"),
+    MethodSpec("sparsemax", "sparsemax attention, maximum likelihood [Martins & Astudillo 2016]",
+               "sparsemax", "none", "Trace_ELBO"),
+    MethodSpec("entmax", "α-entmax attention (1.5 by default), maximum likelihood [Peters et al. "
+               "2019]", "entmax", "none", "Trace_ELBO",
+               options={"alpha": 1.5, "learn_alpha": False}),
+    MethodSpec("exact", "exact marginal likelihood by enumeration [Marginal likelihood]",
+               "categorical", "none", "TraceEnum_ELBO", enumerate_model=True),
+    MethodSpec("hmm-exact", "exact marginal likelihood of hard monotonic (HMM) attention, "
+               "forward algorithm [Wu & Cotterell 2019]",
+               "markov-categorical", "none", "TraceEnum_ELBO", enumerate_model=True),
+    MethodSpec("hard-enum", "E_p[log p(y|z)] enumerated, prior as guide [Hard attention + Enum]",
+               "categorical", "prior", "TraceEnum_ELBO", enumerate_guide=True),
+    MethodSpec("hard-sample", "E_p[log p(y|z)] by REINFORCE, prior as guide "
+               "[Hard attention + Sample]",
+               "categorical", "prior", "TraceGraph_ELBO", baseline="soft"),
+    MethodSpec("vae-enum", "exact ELBO with q(z|x,y) enumerated [Variational attention + Enum]",
+               "categorical", "inference", "TraceEnum_ELBO", enumerate_guide=True),
+    MethodSpec("vae-sample", "ELBO by REINFORCE with baselines [Variational attention + Sample]",
+               "categorical", "inference", "TraceGraph_ELBO", baseline="soft"),
+    MethodSpec("sparse-marginal", "q(z|x,y) = sparsemax of the inference network's scores, the "
+               "ELBO summed exactly over its support [Correia et al. 2020]",
+               "sparse-categorical", "inference", "TraceEnum_ELBO", enumerate_guide=True),
+    MethodSpec("hard-sparse", "q = sparsemax of the prior's scores, E_q[log p(y|z)] − KL(q‖p) "
+               "summed exactly over its support (prior as guide)",
+               "sparse-categorical", "prior", "TraceEnum_ELBO", enumerate_guide=True),
+    MethodSpec("vae-gumbel", "Concrete relaxation of q and p, reparameterized",
+               "relaxed-categorical", "inference", "Trace_ELBO",
+               family_options={"temperature": 0.5}),
+    MethodSpec("vae-rws", "reweighted wake-sleep with q(z|x,y) (K=5)",
+               "categorical", "inference", "ReweightedWakeSleep", particles=5),
+    MethodSpec("dirichlet", "Dirichlet alignment, implicit reparameterization "
+               "[Variational relaxed attention]",
+               "dirichlet", "inference", "TraceMeanField_ELBO",
+               family_options={"concentration": 1.0}),
+    MethodSpec("bam-weibull", "BAM-WC: Weibull attention, contextual Gamma prior, analytic KL",
+               "weibull", "prior", "TraceMeanField_ELBO", family_options={"k": 10.0},
+               anneal_rho=0.02),
+    MethodSpec("bam-lognormal", "BAM-LC: LogNormal attention, contextual prior, analytic KL",
+               "lognormal", "prior", "TraceMeanField_ELBO", family_options={"sigma": 0.5},
+               anneal_rho=0.02),
+    MethodSpec("gaussian-context", "Gaussian context vector [Variational attention, Bahuleyan]",
+               "gaussian-context", "inference", "TraceMeanField_ELBO",
+               family_options={"prior": "soft"}),
+    MethodSpec("segment-crf", "segmentation attention: binary linear-chain CRF marginals, maximum "
+               "likelihood [Structured attention, Kim et al. 2017]",
+               "segment-crf", "none", "Trace_ELBO"),
+    MethodSpec("segments-marginals", "attention over segments: each query reads the source "
+               "phrases a semi-Markov CRF selects, weighted by their exact coverage marginals, "
+               "maximum likelihood", "segment-marginals", "none", "Trace_ELBO"),
+    MethodSpec("segments-sample", "a latent selection of source segments per query: ELBO by the "
+               "score function with the exact semi-Markov KL, q(selection | x, y), "
+               "segments-marginals baseline",
+               "segments", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
+    *_structured_ways("segments", "segments", "a latent selection of source segments per query"),
+    MethodSpec("spans-marginals", "attention over spans: each query reads the constituents a "
+               "constituency CRF over the source reads, weighted by their exact span marginals "
+               "(inside-outside), maximum likelihood", "span-marginals", "none", "Trace_ELBO"),
+    MethodSpec("spans-sample", "a latent labelled binary tree per query whose read constituents "
+               "it attends to: ELBO by the score function with the exact constituency KL, "
+               "q(tree | x, y), spans-marginals baseline",
+               "spans", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
+    *_structured_ways("spans", "spans", "a latent labelled binary tree per query"),
+    MethodSpec("tree-marginals", "syntactic attention: each word read with its parent and "
+               "children weighted by exact dependency-tree arc marginals (inside-outside), maximum "
+               "likelihood [Structured attention, Kim et al. 2017]",
+               "tree-marginals", "none", "Trace_ELBO"),
+    MethodSpec("tree-sample", "a latent dependency tree per sentence: ELBO by the score function "
+               "with the exact tree KL, q(tree | x, y), tree-marginals baseline",
+               "tree", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
+    MethodSpec("tree-exact", "exact log p(y | x) = log Z(prior + emission) - log Z(prior) of a "
+               "latent tree whose emission factors over arcs",
+               "tree", "none", "Trace_ELBO", enumerate_model=True),
+    *_structured_ways("tree", "tree", "a latent dependency tree per sentence"),
+]}
+
+
+def method_spec(name: str) -> MethodSpec:
+    try:
+        return METHOD_SPECS[name]
+    except KeyError:
+        raise UserError(f"unknown method {name!r}; valid: {', '.join(METHOD_SPECS)}") from None
+
+
+def guide_posterior(method: str, model) -> str:
+    """The guide a run of ``method`` on ``model`` reads its posterior from ("inference" or
+    "prior"): the method's own, or for a method without one (an exact method) the model's
+    inference network where it offers one — both backends' evaluation by importance sampling."""
+    p = method_spec(method).posterior
+    if p != "none":
+        return p
+    return "inference" if "inference" in getattr(model, "posteriors", POSTERIORS) else "prior"
+
+
+# --- methods for global latents ----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PerCorpus:

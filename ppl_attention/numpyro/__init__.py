@@ -6,6 +6,7 @@ inference registry — as plain JAX functions over parameter dicts keyed like th
 Needs the ``numpyro`` extra: ``pip install -e ".[numpyro]"`` (jax, numpyro, funsor).
 """
 
+from ..core import xla_flags  # noqa: F401  (XLA_FLAGS before JAX's backend starts)
 from . import distributions, families, kl, scores
 from .attend import attend, broadcast_source_mask
 from .crfs import CTC, LinearChainCRF, SemiMarkovCRF, TreeCRF

@@ -152,10 +152,10 @@ def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask
                             f"[..., T, S] beside arc scores {list(scores.shape)}")
         _check_inputs(attention, values)
         weights = family.deterministic_weights(attention, broadcast_source_mask(mask, attention))
-    tree = family.tree_distribution(scores, mask)
     if family.deterministic:
-        value, arcs = None, tree.marginals
+        value, arcs = None, family.tree_distribution(scores, mask).marginals
     else:
+        tree = family.posterior(scores, mask) if guide else family.prior(scores, mask)
         value = numpyro.sample(name, tree, infer=dict(infer) if infer else {})
         arcs = family.arcs(value, scores.dtype)
     record(name, guide, scores, mask, weights, value, family)

@@ -18,9 +18,10 @@ import numpy as np
 import numpyro.distributions as dist
 
 from ..core.errors import UserError
-from ..core.family_specs import FAMILY_SPECS, FamilySpec
+from ..core.family_specs import FAMILY_SPECS, Configured, FamilySpec
 from ..core.numerics import LOG_ZERO
 from ..structures import jax_ops
+from ..structures.entmax import entmax, entmax_bisect, sparsemax
 from ..structures.linear_chain import (
     hmm_potentials,
     segment_log_partition,
@@ -38,10 +39,12 @@ from . import kl as _kl  # noqa: F401  (registers the closed-form KLs)
 from .crfs import LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .nn import Params, init_linear, linear
+from .sparse import SparsemaxCategorical
 from .structured import FLOOR, MonotonicAlignment
 from .trees import DependencyTree, heads_to_arcs
 
-__all__ = ["Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
+__all__ = ["Family", "Soft", "Sparsemax", "Entmax", "Categorical", "SparseCategorical",
+           "RelaxedCategorical", "Dirichlet", "Weibull",
            "LogNormal", "GaussianContext", "MarkovCategorical", "SegmentCRF", "Segments",
            "SegmentMarginals", "Spans", "SpanMarginals", "Tree",
            "TreeMarginals", "FAMILIES",
@@ -66,7 +69,7 @@ def _normalize(s, mask):
     return s / jnp.maximum(s.sum(-1, keepdims=True), jnp.finfo(s.dtype).tiny)
 
 
-class Family:
+class Family(Configured):
     """Base contract (see :class:`ppl_attention.pyro.families.Family`); traits and parameters from
     the same spec (:mod:`ppl_attention.core.family_specs`)."""
 
@@ -82,6 +85,7 @@ class Family:
     segments: bool = False
     spans: bool = False
     selects: bool = False
+    sparse: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -90,11 +94,6 @@ class Family:
             cls.name = spec.name
             for trait, value in spec.traits.items():
                 setattr(cls, trait, value)
-
-    def _configure(self, **kwargs) -> dict:
-        cfg = self.spec.validate(**kwargs) if self.spec is not None else dict(kwargs)
-        self._cfg = cfg
-        return cfg
 
     def init(self, key) -> Params:
         """Fresh parameters of the family (none for most)."""
@@ -123,9 +122,6 @@ class Family:
     def context_size(self, value_dim: int) -> int:
         return value_dim
 
-    def _config(self) -> dict:
-        return dict(getattr(self, "_cfg", {}))
-
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
         return f"{type(self).__name__}({args})"
@@ -133,6 +129,61 @@ class Family:
 
 class Soft(Family):
     spec = FAMILY_SPECS["soft"]
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
+class Sparsemax(Family):
+    """As :class:`ppl_attention.pyro.families.Sparsemax`: w = sparsemax(scores), exact zeros."""
+
+    spec = FAMILY_SPECS["sparsemax"]
+
+    def deterministic_weights(self, scores, mask, params: Params | None = None):
+        return sparsemax(jax_ops, scores, mask)
+
+    def prior(self, scores, mask, keys, values, params=None):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
+class Entmax(Family):
+    """As :class:`ppl_attention.pyro.families.Entmax`: w = α-entmax(scores); with
+    ``learn_alpha`` the family's parameter ``{"alpha_raw": ρ}``, α = 1 + softplus(ρ)
+    (registered by ``attend`` as ``numpyro.param("family", …)``)."""
+
+    spec = FAMILY_SPECS["entmax"]
+
+    def __init__(self, alpha: float = 1.5, learn_alpha: bool = False, n_iter: int = 50):
+        cfg = self._configure(alpha=alpha, learn_alpha=learn_alpha, n_iter=n_iter)
+        self.alpha, self.learn_alpha, self.n_iter = cfg["alpha"], cfg["learn_alpha"], cfg["n_iter"]
+
+    def has_parameters(self) -> bool:
+        return self.learn_alpha
+
+    def init(self, key) -> Params:
+        if not self.learn_alpha:
+            return {}
+        return {"alpha_raw": jnp.asarray(math.log(math.expm1(self.alpha - 1.0)), jnp.float32)}
+
+    def current_alpha(self, params: Params | None = None):
+        if self.learn_alpha:
+            if not params:
+                raise UserError("Entmax(learn_alpha=True) needs its params= (family.init(key) "
+                                "makes them)")
+            return 1.0 + jax.nn.softplus(params["alpha_raw"])
+        return self.alpha
+
+    def deterministic_weights(self, scores, mask, params: Params | None = None):
+        if self.learn_alpha:
+            alpha = jnp.asarray(self.current_alpha(params), scores.dtype)
+            return entmax_bisect(jax_ops, scores, alpha, mask, self.n_iter)
+        return entmax(jax_ops, scores, self.alpha, mask, self.n_iter)
 
     def prior(self, scores, mask, keys, values, params=None):
         return None
@@ -155,6 +206,16 @@ class Categorical(Family):
 
     def context(self, value, values):
         return jax.nn.one_hot(value, values.shape[-2], dtype=values.dtype) @ values
+
+
+class SparseCategorical(Categorical):
+    """As :class:`ppl_attention.pyro.families.SparseCategorical`: prior softmax(scores), guide
+    q = sparsemax(scores), enumerated exactly (positions of probability 0 add 0)."""
+
+    spec = FAMILY_SPECS["sparse-categorical"]
+
+    def posterior(self, scores, mask, values, scale=None):
+        return SparsemaxCategorical(sparsemax(jax_ops, scores, mask))
 
 
 class RelaxedCategorical(Family):
@@ -492,16 +553,39 @@ class _SegmentAttention(Family):
         return mask
 
 
-class Segments(_SegmentAttention):
-    """A sampled selection of source segments per query (``segments-sample``)."""
+class _SparseMAPPosterior:
+    """As :class:`ppl_attention.pyro.families._SparseMAPPosterior`: q the exact structure, or
+    SparseMAP's sparse distribution over at most ``max_active`` of its structures."""
+
+    def _init_sparsemap(self, cfg: dict) -> None:
+        self.sparsemap, self.max_active = cfg["sparsemap"], cfg["max_active"]
+        self.sparse = self.sparsemap
+
+    def _posterior_of(self, structure):
+        return structure.sparsemap(self.max_active) if self.sparsemap else structure
+
+
+class Segments(_SparseMAPPosterior, _SegmentAttention):
+    """A sampled selection of source segments per query (``segments-sample``, and SparseMAP
+    or a relaxation: :class:`ppl_attention.pyro.families.Segments`)."""
 
     spec = FAMILY_SPECS["segments"]
+
+    def __init__(self, max_len: int = 3, sparsemap: bool = False, max_active: int | None = None):
+        cfg = self._configure(max_len=max_len, sparsemap=sparsemap, max_active=max_active)
+        self.max_len = cfg["max_len"]
+        self._init_sparsemap(cfg)
 
     def prior(self, scores, mask, keys, values, params=None):
         return self.selection(scores, mask)
 
     def posterior(self, scores, mask, values, scale=None):
-        return self.selection(scores, mask)
+        return self._posterior_of(self.selection(scores, mask))
+
+    def part_marginals(self, scores, mask):
+        if self.sparsemap:
+            return coverage(jax_ops, self.posterior(scores, mask, None).marginals)
+        return self.marginal_weights(scores, mask)
 
 
 class SegmentMarginals(_SegmentAttention):
@@ -572,16 +656,25 @@ class _SpanAttention(Family):
         return span_part_mask(jax_ops, mask)
 
 
-class Spans(_SpanAttention):
-    """A sampled labelled tree per query (``spans-sample``)."""
+class Spans(_SparseMAPPosterior, _SpanAttention):
+    """A sampled labelled tree per query (``spans-sample``, and SparseMAP or a relaxation:
+    :class:`ppl_attention.pyro.families.Spans`)."""
 
     spec = FAMILY_SPECS["spans"]
+
+    def __init__(self, sparsemap: bool = False, max_active: int | None = None):
+        self._init_sparsemap(self._configure(sparsemap=sparsemap, max_active=max_active))
 
     def prior(self, scores, mask, keys, values, params=None):
         return self.selection(scores, mask)
 
     def posterior(self, scores, mask, values, scale=None):
-        return self.selection(scores, mask)
+        return self._posterior_of(self.selection(scores, mask))
+
+    def part_marginals(self, scores, mask):
+        if self.sparsemap:
+            return span_parts(self.posterior(scores, mask, None).marginals)
+        return span_parts(self.selection(scores, mask).marginals)
 
 
 class SpanMarginals(_SpanAttention):
@@ -631,6 +724,10 @@ class _TreeAttention(Family):
         return self.tree_distribution(scores, mask)
 
     def arcs(self, value, dtype):
+        """Arc indicators of trees ``heads`` (a relaxed draw — arcs already — as it is)."""
+        value = jnp.asarray(value)
+        if jnp.issubdtype(value.dtype, jnp.floating):
+            return value.astype(dtype)
         return heads_to_arcs(value, dtype)
 
     def tree_context(self, arcs, values, attention_weights):
@@ -642,10 +739,20 @@ class _TreeAttention(Family):
         return (attention_weights[..., None, :] @ words)[..., 0, :]
 
 
-class Tree(_TreeAttention):
+class Tree(_SparseMAPPosterior, _TreeAttention):
     """A latent dependency tree (:class:`ppl_attention.pyro.families.Tree`)."""
 
     spec = FAMILY_SPECS["tree"]
+
+    def __init__(self, projective: bool = True, single_root: bool = True,
+                 sparsemap: bool = False, max_active: int | None = None):
+        cfg = self._configure(projective=projective, single_root=single_root,
+                              sparsemap=sparsemap, max_active=max_active)
+        self.projective, self.single_root = cfg["projective"], cfg["single_root"]
+        self._init_sparsemap(cfg)
+
+    def posterior(self, scores, mask, values=None, scale=None):
+        return self._posterior_of(self.tree_distribution(scores, mask))
 
 
 class TreeMarginals(_TreeAttention):
@@ -661,7 +768,8 @@ class TreeMarginals(_TreeAttention):
         return None
 
 
-FAMILIES = {cls.name: cls for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull,
+FAMILIES = {cls.name: cls for cls in (Soft, Sparsemax, Entmax, Categorical, SparseCategorical,
+                                      RelaxedCategorical, Dirichlet, Weibull,
                                       LogNormal, GaussianContext, MarkovCategorical, SegmentCRF,
                                       Segments, SegmentMarginals, Spans, SpanMarginals, Tree,
                                       TreeMarginals)}

@@ -1,5 +1,5 @@
 """Distributions with exact zeros for NumPyro, the mirror of :mod:`ppl_attention.pyro.sparse`
-(same names, arguments and maths): ``SparseCategorical`` (q = sparsemax of scores) and
+(same names, arguments and maths): ``SparsemaxCategorical`` (q = sparsemax of scores) and
 ``SparseMAP`` (a sparse combination of a structure's structures)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from ..structures import jax_ops
 from ..structures.sparse_support import SparseSupport
 from ..structures.sparsemap import DEFAULT_MAX_ACTIVE
 
-__all__ = ["SparseCategorical", "SparseMAP"]
+__all__ = ["SparsemaxCategorical", "SparseMAP"]
 
 
-class SparseCategorical(dist.CategoricalProbs):
-    """As :class:`ppl_attention.pyro.sparse.SparseCategorical`: ``probs [..., S]`` with exact
+class SparsemaxCategorical(dist.CategoricalProbs):
+    """As :class:`ppl_attention.pyro.sparse.SparsemaxCategorical`: ``probs [..., S]`` with exact
     zeros, ``log_prob`` the finite log 0 there. ``enumerate_support`` is every position
     (``[S, 1, …]``, the shapes fixed under ``jit``): the positions of probability 0 add exactly
     0 to an enumerated ELBO."""

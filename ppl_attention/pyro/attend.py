@@ -217,10 +217,10 @@ def _attend_tree(name, scores, values, family, mask, *, guide, keys, target_mask
                             f"[..., T, S] beside arc scores {_shape(scores)}")
         _check_inputs(attention, values)
         weights = family.deterministic_weights(attention, broadcast_source_mask(mask, attention))
-    tree = family.tree_distribution(scores, mask)  # the prior or (guide) the posterior
     if family.deterministic:  # TreeMarginals: the exact arc marginals, nothing sampled
-        value, arcs = None, tree.marginals
+        value, arcs = None, family.tree_distribution(scores, mask).marginals
     else:
+        tree = family.posterior(scores, mask) if guide else family.prior(scores, mask)
         value = pyro.sample(name, tree, infer=dict(infer) if infer else {})
         arcs = family.arcs(value, scores.dtype)
     record(name, guide, scores, mask, weights, value, family)

@@ -13,7 +13,10 @@ broadcast by :func:`ppl_attention.attend`), ``keys [..., S, dk]``.
 family                 site value                  weights returned by ``attend``
 =====================  ==========================  ==========================================
 ``Soft``               none (deterministic)        softmax(scores)
+``Sparsemax``          none (deterministic)        sparsemax(scores) (exact zeros)
+``Entmax``             none (deterministic)        α-entmax(scores) (exact zeros)
 ``Categorical``        index z ∈ [0, S), ``[..., T]``  the index z
+``SparseCategorical``  index z (q: sparsemax)      the index z
 ``RelaxedCategorical`` simplex point ``[..., T, S]``   the point
 ``Dirichlet``          simplex point ``[..., T, S]``   the point
 ``Weibull``            unnormalized S ≥ 0          S / Σ S (Fan et al. 2020, eq. 5)
@@ -43,9 +46,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import UserError
-from ..core.family_specs import FAMILY_SPECS, FamilySpec
+from ..core.family_specs import FAMILY_SPECS, Configured, FamilySpec
 from ..core.numerics import LOG_ZERO
 from ..structures import torch_ops
+from ..structures.entmax import entmax, entmax_bisect, sparsemax
 from ..structures.linear_chain import (
     hmm_potentials,
     segment_log_partition,
@@ -62,13 +66,17 @@ from ..structures.span_selection import (
 from . import kl as _kl  # noqa: F401  (registers the closed-form KLs the families rely on)
 from .crfs import LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
+from .sparse import SparsemaxCategorical
 from .structured import FLOOR, MonotonicAlignment
 from .trees import DependencyTree, heads_to_arcs
 
 __all__ = [
     "Family",
     "Soft",
+    "Sparsemax",
+    "Entmax",
     "Categorical",
+    "SparseCategorical",
     "RelaxedCategorical",
     "Dirichlet",
     "Weibull",
@@ -111,7 +119,7 @@ def _normalize(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return s / s.sum(-1, keepdim=True).clamp(min=torch.finfo(s.dtype).tiny)
 
 
-class Family(nn.Module):
+class Family(Configured, nn.Module):
     """Base contract. Subclasses declare their traits (a ``spec`` from
     :data:`~ppl_attention.core.family_specs.FAMILY_SPECS`, or the class attributes below) and
     implement the four methods.
@@ -133,6 +141,7 @@ class Family(nn.Module):
     segments: bool = False  # the site selects source segments per query (their coverage)
     spans: bool = False  # the site reads constituents of a tree over the source per query
     selects: bool = False  # a selection of parts per query (segments, spans): module docstring
+    sparse: bool = False  # weights or q with exact zeros (core/family_specs.py)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -141,12 +150,6 @@ class Family(nn.Module):
             cls.name = spec.name
             for trait, value in spec.traits.items():
                 setattr(cls, trait, value)
-
-    def _configure(self, **kwargs) -> dict:
-        """Check the parameters against the spec, store them as attributes; the full config."""
-        cfg = self.spec.validate(**kwargs) if self.spec is not None else dict(kwargs)
-        self._cfg = cfg
-        return cfg
 
     def deterministic_weights(self, scores, mask):
         """The weights when nothing is sampled (Soft, SegmentCRF), and the "soft" weights a
@@ -173,16 +176,66 @@ class Family(nn.Module):
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self._config().items())
 
-    def _config(self) -> dict:
-        """The family's parameters (what rebuilds it: ``type(f)(**f._config())``)."""
-        return dict(getattr(self, "_cfg", {}))
-
 
 class Soft(Family):
     """Deterministic soft attention: w = softmax(scores), c = Σ_s w_s v_s. Recorded with
     ``pyro.deterministic`` in a model; no latent variable."""
 
     spec = FAMILY_SPECS["soft"]
+
+    def prior(self, scores, mask, keys, values):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
+class Sparsemax(Family):
+    """Deterministic sparse attention (Martins & Astudillo 2016): w = sparsemax(scores), the
+    Euclidean projection of the scores onto the simplex — exact zeros wherever a score falls
+    below the threshold τ, masked positions exactly 0; c = Σ_s w_s v_s. Trained by maximum
+    likelihood, as ``Soft`` is (method ``sparsemax``); its Jacobian is the exact one
+    (:mod:`ppl_attention.structures.entmax`)."""
+
+    spec = FAMILY_SPECS["sparsemax"]
+
+    def deterministic_weights(self, scores, mask):
+        return sparsemax(torch_ops, scores, mask)
+
+    def prior(self, scores, mask, keys, values):
+        return None
+
+    def posterior(self, scores, mask, values, scale=None):
+        return None
+
+
+class Entmax(Family):
+    """Deterministic α-entmax attention (Peters, Niculae & Martins 2019, eq. 9): w_j = [(α − 1)
+    e_j − τ]_+^{1/(α−1)}, between softmax (α → 1) and sparsemax (α = 2) — exact zeros for α > 1.
+    α = 1.5 (the default) and 2 are exact by sorting; any other α, or ``learn_alpha=True`` (α
+    a parameter of the family, α = 1 + softplus(ρ) from the given start), by bisection with the
+    exact implicit Jacobian in the scores and in α. ``n_iter``: the bisection's steps."""
+
+    spec = FAMILY_SPECS["entmax"]
+
+    def __init__(self, alpha: float = 1.5, learn_alpha: bool = False, n_iter: int = 50):
+        super().__init__()
+        cfg = self._configure(alpha=alpha, learn_alpha=learn_alpha, n_iter=n_iter)
+        self.alpha, self.learn_alpha, self.n_iter = cfg["alpha"], cfg["learn_alpha"], cfg["n_iter"]
+        if self.learn_alpha:  # ρ with 1 + softplus(ρ) = α
+            self.alpha_raw = nn.Parameter(torch.tensor(math.log(math.expm1(self.alpha - 1.0))))
+
+    def current_alpha(self):
+        """α: the given number, or 1 + softplus(ρ) when learned (a 0-d tensor)."""
+        if self.learn_alpha:
+            return 1.0 + F.softplus(self.alpha_raw)
+        return self.alpha
+
+    def deterministic_weights(self, scores, mask):
+        if self.learn_alpha:
+            alpha = self.current_alpha().to(scores.dtype)
+            return entmax_bisect(torch_ops, scores, alpha, mask, self.n_iter)
+        return entmax(torch_ops, scores, self.alpha, mask, self.n_iter)
 
     def prior(self, scores, mask, keys, values):
         return None
@@ -210,6 +263,20 @@ class Categorical(Family):
     def context(self, value, values):
         one_hot = F.one_hot(value, values.shape[-2]).to(values.dtype)
         return one_hot @ values
+
+
+class SparseCategorical(Categorical):
+    """A categorical alignment whose posterior is sparse (Correia, Niculae, Aziz & Martins 2020,
+    §3.1): the model's prior p(z_t | ·) = softmax(e_t), as :class:`Categorical`; the guide's
+    q(z_t | x, y) = sparsemax of its scores, exactly 0 outside a small support, so the ELBO
+    E_q[log p(y, z | x) − log q(z)] is summed exactly over that support — enumeration at the
+    cost of the support (methods ``sparse-marginal``, ``hard-sparse``; a guide enumerates its
+    site with ``infer={"enumerate": "parallel"}`` as for ``vae-enum``)."""
+
+    spec = FAMILY_SPECS["sparse-categorical"]
+
+    def posterior(self, scores, mask, values, scale=None):
+        return SparsemaxCategorical(sparsemax(torch_ops, scores, mask))
 
 
 class RelaxedCategorical(Family):
@@ -613,18 +680,47 @@ class _SegmentAttention(Family):
         return mask
 
 
-class Segments(_SegmentAttention):
+class _SparseMAPPosterior:
+    """A sampled structured family's posterior: the exact structure q of the guide's scores, or
+    with ``sparsemap=True`` SparseMAP's sparse distribution over a few of its structures (at most
+    ``max_active``; :class:`~ppl_attention.pyro.sparse.SparseMAP`), which the ``*-sparsemap``
+    methods enumerate exactly."""
+
+    def _init_sparsemap(self, cfg: dict) -> None:
+        self.sparsemap, self.max_active = cfg["sparsemap"], cfg["max_active"]
+        self.sparse = self.sparsemap
+
+    def _posterior_of(self, structure):
+        return structure.sparsemap(self.max_active) if self.sparsemap else structure
+
+
+class Segments(_SparseMAPPosterior, _SegmentAttention):
     """A latent selection of source segments per query (:class:`_SegmentAttention`), sampled:
-    prior p(z | e) from the model's scores, posterior q(z | x, y) from the guide's; trained by
-    the score-function ELBO with the exact semi-Markov KL (method ``segments-sample``)."""
+    prior p(z | e) from the model's scores, posterior q(z | x, y) from the guide's (or
+    SparseMAP's, ``sparsemap=True``); trained by the score-function ELBO with the exact
+    semi-Markov KL (``segments-sample``), by SparseMAP (``segments-sparsemap``) or by a
+    relaxation (``segments-perturbed``, ``segments-st``, ``segments-imle``)."""
 
     spec = FAMILY_SPECS["segments"]
+
+    def __init__(self, max_len: int = 3, sparsemap: bool = False, max_active: int | None = None):
+        Family.__init__(self)
+        cfg = self._configure(max_len=max_len, sparsemap=sparsemap, max_active=max_active)
+        self.max_len = cfg["max_len"]
+        self._init_sparsemap(cfg)
 
     def prior(self, scores, mask, keys, values):
         return self.selection(scores, mask)
 
     def posterior(self, scores, mask, values, scale=None):
-        return self.selection(scores, mask)
+        return self._posterior_of(self.selection(scores, mask))
+
+    def part_marginals(self, scores, mask):
+        """q's probability that each part is selected, ``[..., T, S]`` (SparseMAP's where q is
+        sparse)."""
+        if self.sparsemap:
+            return coverage(torch_ops, self.posterior(scores, mask, None).marginals)
+        return self.marginal_weights(scores, mask)
 
 
 class SegmentMarginals(_SegmentAttention):
@@ -705,18 +801,31 @@ class _SpanAttention(Family):
         return span_part_mask(torch_ops, mask)
 
 
-class Spans(_SpanAttention):
+class Spans(_SparseMAPPosterior, _SpanAttention):
     """A latent labelled tree per query (:class:`_SpanAttention`), sampled: prior p(z | e) from
-    the model's scores, posterior q(z | x, y) from the guide's; trained by the score-function
-    ELBO with the exact constituency KL (method ``spans-sample``)."""
+    the model's scores, posterior q(z | x, y) from the guide's (or SparseMAP's,
+    ``sparsemap=True``); trained by the score-function ELBO with the exact constituency KL
+    (``spans-sample``), by SparseMAP or by a relaxation (``spans-sparsemap``,
+    ``spans-perturbed``, ``spans-st``, ``spans-imle``)."""
 
     spec = FAMILY_SPECS["spans"]
+
+    def __init__(self, sparsemap: bool = False, max_active: int | None = None):
+        Family.__init__(self)
+        self._init_sparsemap(self._configure(sparsemap=sparsemap, max_active=max_active))
 
     def prior(self, scores, mask, keys, values):
         return self.selection(scores, mask)
 
     def posterior(self, scores, mask, values, scale=None):
-        return self.selection(scores, mask)
+        return self._posterior_of(self.selection(scores, mask))
+
+    def part_marginals(self, scores, mask):
+        """q's probability that each span is read, ``[..., T, S, S]`` (SparseMAP's where q is
+        sparse)."""
+        if self.sparsemap:
+            return span_parts(self.posterior(scores, mask, None).marginals)
+        return span_parts(self.selection(scores, mask).marginals)
 
 
 class SpanMarginals(_SpanAttention):
@@ -784,7 +893,10 @@ class _TreeAttention(Family):
         return self.tree_distribution(scores, mask)
 
     def arcs(self, value, dtype) -> torch.Tensor:
-        """Arc indicators ``[..., S, S]`` of trees ``heads [..., S]``."""
+        """Arc indicators ``[..., S, S]`` of trees ``heads [..., S]`` (a relaxed draw — arcs
+        already, floating point — as it is)."""
+        if value.is_floating_point():
+            return value.to(dtype)
         return heads_to_arcs(value, dtype)
 
     def tree_context(self, arcs, values, attention_weights):
@@ -799,13 +911,26 @@ class _TreeAttention(Family):
         return (attention_weights.unsqueeze(-2) @ words).squeeze(-2)
 
 
-class Tree(_TreeAttention):
+class Tree(_SparseMAPPosterior, _TreeAttention):
     """A latent dependency tree (the module docstring of :class:`_TreeAttention`): the site is
     sampled — prior p(z | x) from the model's arc scores, posterior q(z | x, y) from the guide's
-    — and trained by the score-function ELBO with the exact tree KL (method ``tree-sample``), or
-    summed out exactly when the emission factors over arcs (``tree-exact``)."""
+    (or SparseMAP's over trees, ``sparsemap=True``) — and trained by the score-function ELBO
+    with the exact tree KL (``tree-sample``), by SparseMAP or a relaxation (``tree-sparsemap``,
+    ``tree-perturbed``, ``tree-st``, ``tree-imle``), or summed out exactly when the emission
+    factors over arcs (``tree-exact``)."""
 
     spec = FAMILY_SPECS["tree"]
+
+    def __init__(self, projective: bool = True, single_root: bool = True,
+                 sparsemap: bool = False, max_active: int | None = None):
+        Family.__init__(self)
+        cfg = self._configure(projective=projective, single_root=single_root,
+                              sparsemap=sparsemap, max_active=max_active)
+        self.projective, self.single_root = cfg["projective"], cfg["single_root"]
+        self._init_sparsemap(cfg)
+
+    def posterior(self, scores, mask, values=None, scale=None):
+        return self._posterior_of(self.tree_distribution(scores, mask))
 
 
 class TreeMarginals(_TreeAttention):
@@ -824,9 +949,9 @@ class TreeMarginals(_TreeAttention):
 
 FAMILIES: dict[str, type[Family]] = {
     cls.name: cls
-    for cls in (Soft, Categorical, RelaxedCategorical, Dirichlet, Weibull, LogNormal,
-                GaussianContext, MarkovCategorical, SegmentCRF, Segments, SegmentMarginals, Spans,
-                SpanMarginals, Tree, TreeMarginals)
+    for cls in (Soft, Sparsemax, Entmax, Categorical, SparseCategorical, RelaxedCategorical,
+                Dirichlet, Weibull, LogNormal, GaussianContext, MarkovCategorical, SegmentCRF,
+                Segments, SegmentMarginals, Spans, SpanMarginals, Tree, TreeMarginals)
 }
 
 

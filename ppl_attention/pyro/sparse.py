@@ -1,5 +1,5 @@
 """Distributions with exact zeros, whose expectations are exact sums over a small support
-(Correia, Niculae, Aziz & Martins 2020): ``SparseCategorical`` (q = sparsemax of scores over
+(Correia, Niculae, Aziz & Martins 2020): ``SparsemaxCategorical`` (q = sparsemax of scores over
 source positions) and ``SparseMAP`` (a sparse combination of a structure's structures, from
 its MAP oracle). Under ``TraceEnum_ELBO`` with the guide site enumerated, E_q[f(z)] is summed
 over the support only. The NumPyro mirror is :mod:`ppl_attention.numpyro.sparse`.
@@ -17,10 +17,10 @@ from ..structures import torch_ops
 from ..structures.sparse_support import SparseSupport
 from ..structures.sparsemap import DEFAULT_MAX_ACTIVE
 
-__all__ = ["SparseCategorical", "SparseMAP"]
+__all__ = ["SparsemaxCategorical", "SparseMAP"]
 
 
-class SparseCategorical(dist.Categorical):
+class SparsemaxCategorical(dist.Categorical):
     """A categorical over source positions with ``probs [..., S]`` that may be exactly 0 (a
     sparsemax): ``log_prob`` is the finite log 0 (``LOG_ZERO``) there, so that q · log q = 0
     and no gradient is NaN; ``enumerate_support`` is the positions of the largest support in
@@ -31,7 +31,8 @@ class SparseCategorical(dist.Categorical):
         super().__init__(probs=probs, validate_args=False)
 
     def expand(self, batch_shape, _instance=None):
-        return SparseCategorical(self.probs.expand(torch.Size(batch_shape) + self.probs.shape[-1:]))
+        shape = torch.Size(batch_shape) + self.probs.shape[-1:]
+        return SparsemaxCategorical(self.probs.expand(shape))
 
     @property
     def support_size(self) -> torch.Tensor:

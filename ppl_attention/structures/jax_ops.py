@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
+from ..core import xla_flags  # noqa: F401  (XLA_FLAGS before JAX's backend starts)
 from ..core.numerics import LOG_ZERO
 from .semirings import LOG, MAX, PROB, SAMPLE, divide, k_of, normalizer_ok, one  # noqa: F401
 

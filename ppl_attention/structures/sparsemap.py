@@ -92,7 +92,7 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
     tol = 64.0 * eps * (1.0 + ops.maximum(th, 0.0).sum(-1) + ops.maximum(-th, 0.0).sum(-1))
     z0 = oracle(th)
     slots = ops.arange(K, th)
-    events = ops.broadcast_to(z0[None], (K, N, D)) * 1.0
+    events = ops.broadcast_to(z0[:, None], (N, K, D)) * 1.0  # [N, K, D]: rows first
     working = ops.broadcast_to(slots[None, :] == 0, (N, K))  # [N, K]
     p = ops.cast_like(working, th)
     done = ops.full_like(th[:, 0], 0.0) > 1.0
@@ -101,13 +101,13 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
 
     def step(carry):
         events, working, p, done, optimal, it = carry
-        gram = ops.einsum("knd,jnd->nkj", events, events)
-        c = ops.einsum("knd,nd->nk", events, th)
+        gram = ops.einsum("nkd,njd->nkj", events, events)
+        c = ops.einsum("nkd,nd->nk", events, th)
         p_new = _kkt_solve(ops, gram, c, working)
         feasible = (working & (p_new < -1e3 * eps)).sum(-1) == 0
         # feasible: p = p_new, then the oracle's structure joins unless μ is optimal
         p1 = ops.where(working, ops.maximum(p_new, 0.0), ops.full_like(p_new, 0.0))
-        mu = ops.einsum("nk,knd->nd", p1, events)
+        mu = ops.einsum("nk,nkd->nd", p1, events)
         grad = th - mu
         z = oracle(grad)
         gap = (grad * z).sum(-1) - (grad * mu).sum(-1)
@@ -116,7 +116,7 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
         slot = ops.argmax(ops.cast_like(free, th), -1)  # the first free slot
         put = (gap > tol) & has_free  # [N]
         at = (slots[None, :] == slot[:, None]) & put[:, None]  # [N, K]
-        events1 = ops.where(at.T[:, :, None], ops.broadcast_to(z[None], (K, N, D)), events)
+        events1 = ops.where(at[:, :, None], ops.broadcast_to(z[:, None], (N, K, D)), events)
         working1 = working | at
         stop1 = ~put
         # infeasible: the blocking step, the blocking slot leaves the set
@@ -134,7 +134,7 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
         go = ~done
         f = feasible & go
         nf = ~feasible & go
-        events_n = ops.where(f[None, :, None], events1, events)
+        events_n = ops.where(f[:, None, None], events1, events)
         working_n = ops.where(f[:, None], working1, ops.where(nf[:, None], working2, working))
         p_n = ops.where(f[:, None], p1, ops.where(nf[:, None], p2, p))
         optimal_n = optimal | (f & (gap <= tol))
@@ -149,9 +149,10 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
     # the exact backward pass: p once more from the KKT system of the final active set
     events = ops.stop_gradient(events)
     flat = theta.reshape((N, D))
-    gram = ops.einsum("knd,jnd->nkj", events, events)
-    c = ops.einsum("knd,nd->nk", events, flat)
+    gram = ops.einsum("nkd,njd->nkj", events, events)
+    c = ops.einsum("nkd,nd->nk", events, flat)
     p = _kkt_solve(ops, gram, c, working)
     p = ops.where(working & (p > 0), p, ops.full_like(p, 0.0))
-    return (events.reshape((K,) + batch + event), p.T.reshape((K,) + batch),
+    return (ops.moveaxis(events, 1, 0).reshape((K,) + batch + event),
+            ops.moveaxis(p, 1, 0).reshape((K,) + batch),
             optimal.reshape(batch), ops.cast_like(working, th).sum(-1).reshape(batch))

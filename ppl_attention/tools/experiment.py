@@ -24,7 +24,7 @@ from ..common.registry import load_model_class
 from ..common.runs import COMPLETE, PARTIAL, Run, check_not_diverged
 from ..core.divergence import Diverged, check_figure, hint
 from ..core.errors import MissingCapability, UserError
-from ..core.method_specs import METHOD_OPTIONS, is_global_method
+from ..core.method_specs import ALIGNMENT_OPTIONS, METHOD_OPTIONS, METHOD_SPECS, is_global_method
 from ..core.method_specs import method_spec as get_method
 from ..core.training import TRAINING_DEFAULTS, training_options
 from ..data.kinds import data_kind
@@ -118,17 +118,27 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     exp.source()
     backend = get_backend(exp.backend_name())
     describe(exp.device, exp.backend_name())  # a GPU asked for and absent: refused now
+    alignment_given = {k: v for k, v in exp.method_options.items() if k in ALIGNMENT_OPTIONS}
     for m in methods:
         backend.check(cls, m)
         if is_global_method(m):
-            backend.check_global_options(m, exp.training, exp.method_options)
+            backend.check_global_options(m, exp.training, {
+                k: v for k, v in exp.method_options.items() if k not in ALIGNMENT_OPTIONS})
             continue
-        if exp.method_options:
-            o = METHOD_OPTIONS[sorted(exp.method_options)[0]].flag
-            raise UserError(f"{o} is an option of the methods for global latents; --method {m} "
-                            f"is an alignment method and takes none")
         spec = get_method(m)
+        given = {k: v for k, v in exp.method_options.items() if k in spec.options}
+        wrong = sorted(set(exp.method_options) - set(ALIGNMENT_OPTIONS))
+        if wrong:
+            raise UserError(f"{METHOD_OPTIONS[wrong[0]].flag} is an option of the methods for "
+                            f"global latents; --method {m} is an alignment method")
+        spec.resolve_options(given)  # bad values: refused now
         check_method(cls, spec)
+    taken = {k for m in methods if not is_global_method(m) for k in get_method(m).options}
+    idle = sorted(set(alignment_given) - taken)
+    if idle:
+        takers = [n for n, sp in METHOD_SPECS.items() if idle[0] in sp.options]
+        raise UserError(f"{METHOD_OPTIONS[idle[0]].flag} applies to none of the methods "
+                        f"{', '.join(methods)} (it is an option of {', '.join(takers)})")
     preflight = getattr(backend, "preflight", None)
     alignment_methods = [m for m in methods if not is_global_method(m)]
     if callable(preflight) and alignment_methods:  # a NumPyro model's programs run once
@@ -146,6 +156,13 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
     if exp.devices != 1 and exp.backend_name() != "numpyro":
         raise UserError("--devices shards batches over JAX devices: use --backend numpyro "
                         "(Pyro data parallelism is torchrun + DistributedDataParallel)")
+
+
+def method_options_of(exp: Experiment, method: str) -> dict:
+    """The options of ``exp`` that alignment method ``method`` takes (in a compare of several
+    methods, each takes its own; :func:`check_experiment` refused those no method takes)."""
+    spec = get_method(method)
+    return {k: v for k, v in exp.method_options.items() if k in spec.options}
 
 
 def eval_batches(kind, split, vocabs: dict, model, source: dict, batch_size: int = 64) -> list:
@@ -260,9 +277,10 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         import torch
 
         torch.manual_seed(seed)
+    method_options = method_options_of(exp, method)
     if resume is None:
-        family = backend.method_family(method, cls) if native else \
-            get_backend("pyro").method_family(method)
+        family = backend.method_family(method, cls, method_options) if native else \
+            get_backend("pyro").method_family(method, cls, method_options)
         try:
             model = cls(**data.dims, **exp.model_options, family=family)
         except TypeError as e:
@@ -308,7 +326,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
                               checkpoint_every=exp.checkpoint_every,
                               config={"data": source, "batch_size": opts["batch_size"],
                                       "device": device},
-                              model_spec=_model_spec(exp), **train_opts, **extra)
+                              model_spec=_model_spec(exp), method_options=method_options,
+                              **train_opts, **extra)
         except Diverged as stop:
             if stop.run is not None and (distributed is None or distributed.main):
                 stop.run.save(out, diverged=stop)

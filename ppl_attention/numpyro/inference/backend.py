@@ -90,16 +90,17 @@ def check_run(run) -> None:
         twin_class(type(run.model))
 
 
-def method_family(method: str, model_class=None):
-    """A fresh NumPyro family of ``method`` (what a NumPyro model is built with); for a method
-    of global latents, the first family the model declares (its alignment is summed out)."""
+def method_family(method: str, model_class=None, options: dict | None = None):
+    """A fresh NumPyro family of ``method`` (what a NumPyro model is built with) with the
+    method's ``options`` (those that are family parameters); for a method of global latents,
+    the first family the model declares (its alignment is summed out)."""
     from ...core.method_specs import is_global_method
     from ..families import make_family
 
     if is_global_method(method):
         families = declared(model_class, "families") if model_class is not None else None
         return make_family(families[0] if families else "categorical")
-    return get_method(method).family()
+    return get_method(method, options).family()
 
 
 def preflight(model_class, methods, exp) -> None:

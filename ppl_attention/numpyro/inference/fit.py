@@ -32,6 +32,7 @@ from ...common.runs import Run
 from ...core import jsonio
 from ...core.divergence import Diverged, check_figure, check_step, hint
 from ...core.errors import UserError
+from ...core.method_specs import method_spec
 from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...core.training import check_resume_steps, training_options
@@ -72,15 +73,17 @@ def optimizer(clip: float = 0.0, weight_decay: float = 0.0) -> optax.GradientTra
     return optax.chain(*parts)
 
 
-def make_loss(model, method: str, site: str | None = None, draws=None):
+def make_loss(model, method: str, site: str | None = None, draws=None,
+              options: dict | None = None):
     """(params, key, batch, kl_scale, step_kwargs) → (loss to differentiate, −ELBO), summed
     over the batch; ``params`` the model's param map — or, with ``site``, the value of that one
     (pytree-valued) parameter, for differentiating with respect to it alone. ``draws``: the
-    alignment site's value in the guide, fixed (the loss and gradient at those draws)."""
+    alignment site's value in the guide, fixed (the loss and gradient at those draws);
+    ``options``: the method's options (a relaxation's temperature …)."""
     if site is not None:
-        whole = make_loss(model, method, draws=draws)
+        whole = make_loss(model, method, draws=draws, options=options)
         return lambda value, *args: whole({site: value}, *args)
-    m = get_method(method)
+    m = get_method(method, options)
     site = declared(model, "site")
     annealed = m.anneal_rho is not None
     # latents beside the alignment (a global z the guide draws: the sequence VAE's)
@@ -90,11 +93,13 @@ def make_loss(model, method: str, site: str | None = None, draws=None):
                         f"({', '.join(declared(model, 'latents'))}); NumPyro's {method} loss "
                         f"takes the alignment as the only latent")
 
-    def programs(kl, kw):
+    def programs(kl, kw, key=None):
         mdl = functools.partial(model.model, enumerate_z=m.enumerate_model, kl_scale=kl,
                                 **(kw or {}))
         guide = model.guide if draws is None else \
             handlers.substitute(model.guide, data={site: draws})
+        if draws is None:
+            guide = m.guide_program(guide, None if key is None else jax.random.fold_in(key, 1))
         gd = functools.partial(guide, posterior=m.posterior, enumerate_z=m.enumerate_guide,
                                kl_scale=kl, **(kw or {}))
         return mdl, gd
@@ -110,8 +115,9 @@ def make_loss(model, method: str, site: str | None = None, draws=None):
             base = 0.0
             if m.baseline == "soft":
                 base = jax.lax.stop_gradient(soft_token_log_likelihood(model, params, batch))
-            return score_function_kl_loss(key, params, *programs(kl if annealed else 1.0, kw),
-                                          batch, base, site)
+            return score_function_kl_loss(key, params,
+                                          *programs(kl if annealed else 1.0, kw, key), batch,
+                                          base, site)
     elif m.loss_kind == "exact-marginal" and latents:
         def loss(params, key, batch, kl=1.0, kw=None):
             v = latent_enumerated_loss(key, params, *programs(1.0, kw), batch, site,
@@ -135,12 +141,12 @@ def make_loss(model, method: str, site: str | None = None, draws=None):
 
 
 def make_step(model, method: str, clip: float = 0.0, weight_decay: float = 0.0,
-              cons: dict | None = None):
+              cons: dict | None = None, options: dict | None = None):
     """The jitted step ``(raw, opt, key, batch, n_tokens, lr, kl, kw) → (raw, opt, [−ELBO per
     token, the gradients' global norm])`` on the optimizer's coordinates ``raw`` (the param
     map, constrained parameters mapped to the real line by ``cons``); ``step.init(raw)`` makes
-    the optimizer state."""
-    loss = make_loss(model, method)
+    the optimizer state; ``options``: the method's."""
+    loss = make_loss(model, method, options=options)
     tx = optimizer(clip, weight_decay)
     cons = cons or {}
 
@@ -205,7 +211,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         out=None, config: dict | None = None, lr_schedule: str | None = None,
         checkpoint_every: int | None = None, devices: int = 1, kl_weight: float | None = None,
         anneal_rho: float | None = None, weight_decay: float | None = None,
-        model_spec: str | None = None) -> Run:
+        model_spec: str | None = None, method_options: dict | None = None) -> Run:
     """As :func:`ppl_attention.pyro.inference.fit`, under NumPyro. ``model``: a NumPyro model (its
     parameters initialised from the key of ``seed`` by running its programs) or a Pyro model
     whose class declares a NumPyro twin (the twin trains from the Pyro model's weights).
@@ -213,9 +219,15 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
     batches and draws are functions of (seed, step), so the next loss is the one the
     uninterrupted run would have had. ``checkpoint_every``: save ``out`` every N steps, marked
     PARTIAL. ``devices > 1``: data-parallel SVI, each batch sharded over that many JAX devices
-    (:func:`data_parallel`); the same global batch gives the same loss and gradients."""
-    m = get_method(method)
-    check_method(type(model), m)
+    (:func:`data_parallel`); the same global batch gives the same loss and gradients.
+    ``method_options``: the method's own, as on the Pyro side (recorded in the run)."""
+    if resume is not None and method_options is None:
+        method_options = resume.config.get("method_options")
+    family = getattr(model, "family", None)
+    check_method(type(model), get_method(method), family)
+    if family is not None and getattr(family, "spec", None) is not None:
+        method_options = method_spec(method).options_of_family(method_options, family._config())
+    m = get_method(method, method_options)
     if anneal_rho is not None and m.anneal_rho is None:
         raise UserError(f"--anneal-rho sets the KL annealing of methods that anneal it "
                         f"(bam-weibull, bam-lognormal), not of {method}")
@@ -245,12 +257,13 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
         jm, params = twin_of(model, jtrain[0], training=True)
         cons = {}
     pairs = None if native else parameter_pairs(jm, params, model)
-    step_fn = make_step(jm, method, clip, opts["weight_decay"], cons)
+    step_fn = make_step(jm, method, clip, opts["weight_decay"], cons, dict(m.options))
     cache_dir = enable_compilation_cache()
     if cache_dir is not None and shard is None:  # the traced step kept between runs too
         identity = (f"{type(jm).__module__}.{type(jm).__qualname__} "
                     f"{jsonio.dumps(jm.config, sort_keys=True, default=str)} {jm.family!r} "
-                    f"{method} {clip} {opts['weight_decay']} {sorted(cons.items())!r}")
+                    f"{method} {sorted(m.options.items())!r} {clip} {opts['weight_decay']} "
+                    f"{sorted(cons.items())!r}")
         step_fn = PersistentStep(step_fn, identity, Path(cache_dir))
     raw = unconstrain(params, cons)
     opt = step_fn.init(raw)
@@ -266,6 +279,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
                       valid_every=valid_every,
                       lr_schedule=lr_schedule, backend="numpyro", devices=devices,
                       kl_weight=kl_weight, weight_decay=opts["weight_decay"],
+                      method_options=dict(m.options),
                       **({"anneal_rho": anneal_rho or m.anneal_rho}
                          if m.anneal_rho is not None else {}))
     start = run.step if resume is not None else 0

@@ -38,7 +38,8 @@ with a clear error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +52,7 @@ from ...core.method_specs import METHOD_SPECS, MethodSpec, method_spec
 from ...core.schedules import kl_annealing
 from ..families import Family, make_family
 from ..traces import replay, site_log_prob
+from .relaxation import relax
 
 PLATES = 2
 
@@ -68,6 +70,7 @@ class Method:
     readable here)."""
 
     spec: MethodSpec
+    options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     def __getattr__(self, item):  # name, posterior, enumerate_*, baseline …
         return getattr(self.spec, item)
@@ -77,7 +80,16 @@ class Method:
         return self.spec.objective
 
     def family(self, key_dim: int | None = None) -> Family:
-        return make_family(self.spec.family, key_dim=key_dim, **self.spec.family_options)
+        return make_family(self.spec.family, key_dim=key_dim,
+                           **self.spec.family_kwargs(dict(self.options)))
+
+    def guide_program(self, guide, rng_key=None):
+        """The guide as the method runs it: its structured draws relaxed (``rng_key``: their
+        noise) for a relaxed method, as the Pyro side's."""
+        if self.spec.relaxation is None:
+            return guide
+        return relax(guide, self.spec.relaxation, rng_key=rng_key,
+                     **self.spec.relaxation_kwargs(dict(self.options)))
 
     def kl_scale(self, step: int, weight: float = 1.0, rho: float | None = None) -> float:
         """As the Pyro side's: η·λ(t), λ ≡ 1 unless the method anneals."""
@@ -140,17 +152,22 @@ class TraceELBO:
         return -(log_p - log_q)
 
 
-METHODS: dict[str, Method] = {name: Method(spec) for name, spec in METHOD_SPECS.items()
+METHODS: dict[str, Method] = {name: Method(spec, MappingProxyType(spec.resolve_options()))
+                              for name, spec in METHOD_SPECS.items()
                               if spec.objective not in NOT_MIRRORED}
 
 
-def get_method(name: str) -> Method:
+def get_method(name: str, options: dict | None = None) -> Method:
+    """The method ``name`` with its method ``options`` resolved (the Pyro side's
+    :func:`~ppl_attention.pyro.inference.methods.get_method`)."""
     spec = method_spec(name)
     if spec.objective in NOT_MIRRORED:
         raise UserError(f"method {name!r} has no NumPyro counterpart "
                         f"({NOT_MIRRORED[spec.objective]}); use --backend pyro, or one of "
                         f"{', '.join(METHODS)}")
-    return METHODS[name]
+    if not options:
+        return METHODS[name]
+    return Method(spec, MappingProxyType(spec.resolve_options(options)))
 
 
 def _site_terms(trace, name):
@@ -215,7 +232,9 @@ def score_function_kl_loss(rng_key, params, model, guide, batch, baseline, site:
     """(surrogate loss, −ELBO) of Pyro's ``ScoreFunctionKL_ELBO``
     (:mod:`ppl_attention.pyro.inference.elbo`, same maths): ELBO = log p(y | z) − KL(q ‖ p) with the
     closed-form KL of the site ``site``; surrogate adds stop_grad(r_b − b_b)·log q(z_b) per pair,
-    r_b the pair's log p(y_b | z), b_b its baseline (per token ``[B, T]`` summed, or 0)."""
+    r_b the pair's log p(y_b | z), b_b its baseline (per token ``[B, T]`` summed, or 0). A
+    site the guide drew relaxed (``infer["relaxed"]``: :mod:`.relaxation`) takes no score term:
+    the surrogate is the ELBO itself, differentiated through the relaxed draw."""
     g = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), rng_key)
                        ).get_trace(batch)
     m = handlers.trace(handlers.seed(replay(handlers.substitute(model, data=params), g),
@@ -228,6 +247,8 @@ def score_function_kl_loss(rng_key, params, model, guide, batch, baseline, site:
     reward = sum(_per_pair(_site_terms(m, n), B) for n, s in m.items()
                  if s["type"] == "sample" and n != site)
     elbo = reward.sum() - kl.sum()
+    if q["infer"].get("relaxed"):  # a pathwise gradient through the relaxed draw
+        return -elbo, -elbo
     b = _per_pair(baseline, B) if jnp.ndim(baseline) else 0.0
     log_q = _per_pair(site_log_prob(q, scaled=False), B)
     surrogate = elbo + (jax.lax.stop_gradient(reward - b) * log_q).sum()

@@ -64,8 +64,9 @@ def _pyro_model(cls) -> None:
     check_pyro_model(cls)
 
 
-def method_family(method: str, model_class=None):
-    """A fresh torch family of ``method`` (``model_class``: as the NumPyro side's signature)."""
+def method_family(method: str, model_class=None, options: dict | None = None):
+    """A fresh torch family of ``method`` with the method's ``options`` (those that are family
+    parameters; ``model_class``: as the NumPyro side's signature)."""
     from .methods import get_method
 
-    return get_method(method).family()
+    return get_method(method, options).family()

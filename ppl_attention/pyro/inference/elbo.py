@@ -14,16 +14,22 @@ pair: the batch plate; with ``vectorize_particles``, each particle's by its own)
 baseline (``infer={"baseline": {"baseline_value": b}}`` on the guide site, per pair ``[B]`` or
 per token ``[B, T]``, summed per pair). The gradient of the surrogate is an unbiased estimate
 of the ELBO's: pathwise through log p(y | z) and the KL, REINFORCE for the draw (log q of the
-real, unmasked draws only). Pyro's TraceMeanField_ELBO takes the same closed-form KLs but
+real, unmasked draws only). A site whose draw was made differentiable by
+:func:`~ppl_attention.pyro.inference.relaxation.relax` (``infer["relaxed"]``) takes no
+score-function term: its gradient is pathwise through the relaxed draw (biased: a relaxation),
+the KL still exact. Pyro's TraceMeanField_ELBO takes the same closed-form KLs but
 refuses sites that are not reparameterized; TraceGraph_ELBO estimates the KL by sampling.
 """
 
 from __future__ import annotations
 
 import torch
+from pyro import poutine
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import Trace_ELBO
-from pyro.poutine.util import site_is_subsample
+from pyro.infer.util import is_validation_enabled
+from pyro.poutine.util import prune_subsample_sites, site_is_subsample
+from pyro.util import check_model_guide_match, check_site_shape
 from torch.distributions import kl_divergence
 
 from ...core.errors import UserError
@@ -70,9 +76,28 @@ def _score_function(site) -> torch.Tensor:
 class ScoreFunctionKL_ELBO(Trace_ELBO):
     """The estimator of the module docstring (``num_particles`` averaged as Pyro's ELBOs)."""
 
+    def _get_trace(self, model, guide, args, kwargs):
+        """The guide's trace and the model's run against it (Pyro's ``get_importance_trace``),
+        the log-densities computed at every site but a relaxed one — a relaxed draw is no
+        structure, and its site enters by its KL alone."""
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(
+            *args, **kwargs)
+        if is_validation_enabled():
+            check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
+        guide_trace = prune_subsample_sites(guide_trace)
+        model_trace = prune_subsample_sites(model_trace)
+        relaxed = {n for n, s in guide_trace.nodes.items()
+                   if s["type"] == "sample" and (s.get("infer") or {}).get("relaxed")}
+        model_trace.compute_log_prob(site_filter=lambda name, site: name not in relaxed)
+        if is_validation_enabled():
+            for name, site in model_trace.nodes.items():
+                if site["type"] == "sample" and name not in relaxed:
+                    check_site_shape(site, self.max_plate_nesting)
+        return model_trace, guide_trace
+
     def _terms(self, model_trace, guide_trace):
-        model_trace.compute_log_prob()
-        guide_trace.compute_score_parts()
+        model_trace.compute_log_prob(site_filter=lambda name, site: site["is_observed"])
         dims = _frames(model_trace)
         elbo, reward, kl_total = 0.0, 0.0, 0.0
         latent = [n for n, s in guide_trace.nodes.items()
@@ -95,8 +120,8 @@ class ScoreFunctionKL_ELBO(Trace_ELBO):
             g = guide_trace.nodes[name]
             if name not in model_trace.nodes:
                 raise UserError(f"guide site {name!r} is not in the model")
-            if g["fn"].has_rsample:
-                continue
+            if g["fn"].has_rsample or g["infer"].get("relaxed"):
+                continue  # pathwise: a reparameterized or relaxed draw
             score = _per_pair(_score_function(g), *dims)
             b = g["infer"].get("baseline", {}).get("baseline_value")
             b = 0.0 if b is None else torch.as_tensor(b)

@@ -16,6 +16,7 @@ from pyro import poutine
 from ...common.runs import Run
 from ...core.divergence import Diverged, check_figure, check_step, hint
 from ...core.errors import NonFiniteScores, UserError
+from ...core.method_specs import method_spec
 from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...core.training import check_resume_steps, training_options
@@ -78,7 +79,8 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
         progress: bool = True, out=None, config: dict | None = None,
         lr_schedule: str | None = None, checkpoint_every: int | None = None,
         distributed=None, kl_weight: float | None = None, anneal_rho: float | None = None,
-        weight_decay: float | None = None, model_spec: str | None = None) -> Run:
+        weight_decay: float | None = None, model_spec: str | None = None,
+        method_options: dict | None = None) -> Run:
     """Train ``model`` (any model meeting the contract) by ``method`` for ``steps`` steps, one
     batch a step, and return a :class:`Run`.
 
@@ -95,6 +97,11 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
     method's), η otherwise. ``clip``: global gradient-norm clipping (0: none);
     ``weight_decay``: Adam's L2 term. ``checkpoint_every``: also save ``out`` every N steps,
     marked PARTIAL, so a run killed midway resumes from its last checkpoint.
+    ``method_options``: the method's own (``temperature``, ``noise``, ``imle_lambda`` of a
+    relaxation, ``max_active`` of SparseMAP, ``alpha`` of entmax:
+    :data:`~ppl_attention.core.method_specs.METHOD_OPTIONS`), recorded in the run; those that
+    set the family's parameters must be the family the model was built with (build it with
+    ``get_method(method, method_options).family()``).
 
     ``distributed``: a :class:`~ppl_attention.pyro.inference.distributed.Distributed` (a
     ``torchrun`` launch): each rank differentiates its shard of every batch inside
@@ -115,8 +122,13 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
         raise UserError(f"unknown lr_schedule {lr_schedule!r}; valid: {', '.join(LR_SCHEDULES)}")
     if not train:
         raise UserError("no training batches")
-    m = get_method(method)
-    check_method(type(model), m)
+    if resume is not None and method_options is None:
+        method_options = resume.config.get("method_options")
+    family = getattr(model, "family", None)
+    check_method(type(model), get_method(method), family)
+    if family is not None and getattr(family, "spec", None) is not None:
+        method_options = method_spec(method).options_of_family(method_options, family._config())
+    m = get_method(method, method_options)
     if anneal_rho is not None and m.anneal_rho is None:
         raise UserError(f"--anneal-rho sets the KL annealing of methods that anneal it "
                         f"(bam-weibull, bam-lognormal), not of {method}")
@@ -127,6 +139,7 @@ def fit(model, train: list, method: str, steps: int | None = None, seed: int = 0
     run.config.update(dict(config or {}), lr=lr, clip=clip, seed=seed, steps=steps,
                       valid_every=opts["valid_every"], lr_schedule=lr_schedule,
                       kl_weight=opts["kl_weight"], weight_decay=opts["weight_decay"],
+                      method_options=dict(m.options),
                       **({"anneal_rho": opts["anneal_rho"] or m.anneal_rho}
                          if m.anneal_rho is not None else {}))
     start = run.step

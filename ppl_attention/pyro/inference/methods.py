@@ -12,7 +12,8 @@ soft-attention REINFORCE baseline.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import torch
 from pyro.infer import (
@@ -27,6 +28,7 @@ from ...core.method_specs import METHOD_SPECS, MethodSpec, method_spec
 from ...core.schedules import kl_annealing
 from ..families import Family, make_family
 from .elbo import ScoreFunctionKL_ELBO
+from .relaxation import relax
 
 __all__ = ["Method", "METHODS", "get_method", "programs", "differentiable_loss", "loss_and_grads",
            "PLATES"]
@@ -41,16 +43,28 @@ _ELBOS = {"Trace_ELBO": Trace_ELBO, "TraceEnum_ELBO": TraceEnum_ELBO,
 @dataclass(frozen=True)
 class Method:
     """A :class:`~ppl_attention.core.method_specs.MethodSpec` (every field readable here:
-    ``name``, ``posterior``, ``enumerate_model`` …) with its Pyro objects."""
+    ``name``, ``posterior``, ``enumerate_model`` …) with its Pyro objects, and its method
+    options resolved (``options``: the spec's defaults where not given)."""
 
     spec: MethodSpec
+    options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     def __getattr__(self, item):
         return getattr(self.spec, item)
 
     def family(self, key_dim: int | None = None) -> Family:
-        """A fresh instance of the method's family (``key_dim``: a BAM prior network's input)."""
-        return make_family(self.spec.family, key_dim=key_dim, **self.spec.family_options)
+        """A fresh instance of the method's family (``key_dim``: a BAM prior network's input)
+        with its parameters from the method and its options."""
+        return make_family(self.spec.family, key_dim=key_dim,
+                           **self.spec.family_kwargs(dict(self.options)))
+
+    def guide_program(self, guide):
+        """The guide as the method runs it: with its structured draws relaxed
+        (:func:`~ppl_attention.pyro.inference.relaxation.relax`) for a relaxed method."""
+        if self.spec.relaxation is None:
+            return guide
+        return relax(guide, self.spec.relaxation, **self.spec.relaxation_kwargs(
+            dict(self.options)))
 
     def elbo(self, max_plate_nesting: int = PLATES):
         """The Pyro estimator, for a model with ``max_plate_nesting`` plates."""
@@ -68,11 +82,16 @@ class Method:
         return kl_annealing(step, rho if rho is not None else self.spec.anneal_rho, weight)
 
 
-METHODS: dict[str, Method] = {name: Method(spec) for name, spec in METHOD_SPECS.items()}
+METHODS: dict[str, Method] = {name: Method(spec, MappingProxyType(spec.resolve_options()))
+                              for name, spec in METHOD_SPECS.items()}
 
 
-def get_method(name: str) -> Method:
-    return Method(method_spec(name))
+def get_method(name: str, options: dict | None = None) -> Method:
+    """The method ``name`` with its method ``options`` (``temperature``, ``max_active`` …:
+    :data:`~ppl_attention.core.method_specs.METHOD_OPTIONS`) checked and over its defaults; an
+    option it does not take is refused."""
+    spec = method_spec(name)
+    return Method(spec, MappingProxyType(spec.resolve_options(options)))
 
 
 def programs(method: Method, model, batch, kl: float = 1.0, step_kwargs: dict | None = None):
@@ -90,8 +109,10 @@ def programs(method: Method, model, batch, kl: float = 1.0, step_kwargs: dict | 
     def p(b):
         return model.model(b, enumerate_z=method.enumerate_model, kl_scale=kl, **extra)
 
+    guide = method.guide_program(model.guide)
+
     def q(b):
-        return model.guide(b, **guide_kwargs)
+        return guide(b, **guide_kwargs)
 
     return p, q
 
