@@ -14,7 +14,7 @@ from ..structures.distribution import StructuredDistribution
 from ..structures.linear_chain import LinearChain
 from ..structures.semi_markov import SemiMarkov
 from ..structures.tree_crf import TreeCRFStructure
-from .sparse import SparseMAP
+from .sparse import SparseMAP, kl_sparsemap
 
 __all__ = ["LinearChainCRF", "SemiMarkovCRF", "TreeCRF", "CTC"]
 
@@ -117,3 +117,7 @@ class TreeCRF(_JaxStructured):
 @kl_divergence.register(TreeCRF, TreeCRF)
 def _kl_tree_crf(p, q):
     return p.kl_divergence(q)
+
+
+for _cls in (LinearChainCRF, SemiMarkovCRF, TreeCRF, CTC):
+    kl_divergence.register(SparseMAP, _cls)(kl_sparsemap)

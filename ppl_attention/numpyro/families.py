@@ -182,8 +182,8 @@ class Entmax(Family):
     def deterministic_weights(self, scores, mask, params: Params | None = None):
         if self.learn_alpha:
             alpha = jnp.asarray(self.current_alpha(params), scores.dtype)
-            return entmax_bisect(jax_ops, scores, alpha, mask, self.n_iter)
-        return entmax(jax_ops, scores, self.alpha, mask, self.n_iter)
+            return entmax_bisect(jax_ops, scores, mask, alpha, self.n_iter)
+        return entmax(jax_ops, scores, mask, self.alpha, self.n_iter)
 
     def prior(self, scores, mask, keys, values, params=None):
         return None

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions import Distribution, constraints
-from numpyro.distributions.kl import kl_divergence
 
 from ..core.numerics import LOG_ZERO
 from ..structures import jax_ops
@@ -90,7 +89,8 @@ class SparseMAP(SparseSupport, Distribution):
         return SparseMAP(self.base.expand(batch_shape), self.max_active, self.max_iter)
 
 
-@kl_divergence.register(SparseMAP, Distribution)
-def _kl_sparsemap(q, p):
-    """KL(q ‖ p) = Σ_k q_k (log q_k − log p(z_k)), exact over q's support."""
+
+def kl_sparsemap(q, p):
+    """KL(q ‖ p) = Σ_k q_k (log q_k − log p(z_k)), exact over q's support, for p over the same
+    structures (the prior); registered for each structure in :mod:`..crfs` and :mod:`..trees`."""
     return q.kl_to(p)

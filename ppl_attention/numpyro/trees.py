@@ -23,7 +23,7 @@ from ..structures import jax_ops
 from ..structures.eisner import eisner_value
 from ..structures.sparsemap import DEFAULT_MAX_ACTIVE
 from ..structures.training import Trainable
-from .sparse import SparseMAP
+from .sparse import SparseMAP, kl_sparsemap
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
            "tree_posterior", "FLOOR"]
@@ -299,6 +299,9 @@ class DependencyTree(Trainable, Distribution):
         out = trees.reshape((-1,) + (1,) * len(self.batch_shape) + (self.N,))
         return jnp.broadcast_to(out, (out.shape[0],) + self.batch_shape + (self.N,)) \
             if expand else out
+
+
+kl_divergence.register(SparseMAP, DependencyTree)(kl_sparsemap)
 
 
 @kl_divergence.register(DependencyTree, DependencyTree)

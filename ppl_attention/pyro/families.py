@@ -234,8 +234,8 @@ class Entmax(Family):
     def deterministic_weights(self, scores, mask):
         if self.learn_alpha:
             alpha = self.current_alpha().to(scores.dtype)
-            return entmax_bisect(torch_ops, scores, alpha, mask, self.n_iter)
-        return entmax(torch_ops, scores, self.alpha, mask, self.n_iter)
+            return entmax_bisect(torch_ops, scores, mask, alpha, self.n_iter)
+        return entmax(torch_ops, scores, mask, self.alpha, self.n_iter)
 
     def prior(self, scores, mask, keys, values):
         return None

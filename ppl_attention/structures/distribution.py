@@ -92,11 +92,14 @@ class StructuredDistribution:
         return events
 
     def relaxed_sample(self, kind: str, temperature: float = 1.0, noise: str = "gumbel",
-                       noise_scale: float = 1.0, lam: float = 10.0, key=None):
+                       noise_scale: float = 1.0, lam: float = 10.0, key=None,
+                       perturbation=None):
         """A differentiable draw of the event ``[batch, *event]``: ``"perturbed"`` marginals
         at ``temperature``, ``"straight-through"`` or ``"imle"`` (implicit MLE, ``lam`` its
-        λ) — :mod:`ppl_attention.structures.perturbation`; ``key``: NumPyro's PRNG key."""
-        return self.structure.relaxed_sample(kind, temperature, noise, noise_scale, lam, key)
+        λ) — :mod:`ppl_attention.structures.perturbation`; ``key``: NumPyro's PRNG key;
+        ``perturbation``: the noise itself (the potentials' shape), in place of a draw."""
+        return self.structure.relaxed_sample(kind, temperature, noise, noise_scale, lam, key,
+                                             perturbation)
 
     def sparsemap(self, max_active: int | None = None, max_iter: int | None = None):
         """SparseMAP's sparse distribution over this distribution's structures

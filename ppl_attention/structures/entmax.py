@@ -109,7 +109,7 @@ def _pow_pos(ops, x, e):
     return ops.where(pos, ops.where(pos, x, ops.full_like(x, 1.0)) ** e, ops.full_like(x, 0.0))
 
 
-def entmax_bisect(ops, z, alpha, mask=None, n_iter: int = 50):
+def entmax_bisect(ops, z, mask=None, alpha=1.5, n_iter: int = 50):
     """α-entmax along the last axis for α > 1 (a number, or an array broadcasting to ``z[...,
     :1]`` — differentiable, so α can be learned): τ by ``n_iter`` bisection steps, then the
     implicit-gradient Newton step of the module docstring."""
@@ -143,10 +143,10 @@ def entmax_bisect(ops, z, alpha, mask=None, n_iter: int = 50):
     return _finish(ops, p, mask)
 
 
-def entmax(ops, z, alpha, mask=None, n_iter: int = 50):
+def entmax(ops, z, mask=None, alpha=1.5, n_iter: int = 50):
     """α-entmax with the exact sort-based form where one exists (α = 1.5, α = 2 given as
     numbers) and bisection otherwise."""
-    if isinstance(alpha, int | float) and not isinstance(alpha, bool):
+    if isinstance(alpha, bool | int | float):
         if not tsallis_alpha_ok(alpha):
             raise UserError(f"entmax: alpha must be a number above 1, got {alpha!r}")
         if alpha == 2:
@@ -154,4 +154,4 @@ def entmax(ops, z, alpha, mask=None, n_iter: int = 50):
         if alpha == 1.5:
             return entmax15(ops, z, mask)
         alpha = float(alpha)
-    return entmax_bisect(ops, z, alpha, mask, n_iter)
+    return entmax_bisect(ops, z, mask, alpha, n_iter)

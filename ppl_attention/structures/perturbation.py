@@ -56,14 +56,22 @@ def _noise(ops, like, noise: str, scale: float, key):
 
 
 def relaxed_sample(structure, kind: str, temperature: float = 1.0, noise: str = "gumbel",
-                   noise_scale: float = 1.0, lam: float = 10.0, key=None):
+                   noise_scale: float = 1.0, lam: float = 10.0, key=None, perturbation=None):
     """A differentiable draw ``[batch, *event]`` of ``structure`` (module docstring) from its
     potentials ``structure.log_potentials``; ``key``: the JAX key of the noise (torch: its
-    generator)."""
+    generator); ``perturbation``: the noise ε itself, of the potentials' shape (common random
+    numbers: the same draw on both backends, or for several estimators), in place of a draw."""
     check_relaxation(kind, temperature, noise, noise_scale, lam)
     ops = structure.ops
     theta = structure.log_potentials
-    eps = ops.stop_gradient(_noise(ops, theta, noise, noise_scale, key))
+    if perturbation is not None:
+        eps = ops.cast_like(perturbation, theta)
+        if tuple(eps.shape) != tuple(theta.shape):
+            raise UserError(f"relaxed_sample: perturbation of shape {tuple(eps.shape)}; the "
+                            f"potentials are {tuple(theta.shape)}")
+    else:
+        eps = _noise(ops, theta, noise, noise_scale, key)
+    eps = ops.stop_gradient(eps)
     aux = structure.aux()
     if kind == "perturbed":
         return structure.marginals_at((theta + eps) / temperature)

@@ -301,7 +301,7 @@ def sort_desc(x):
 
 
 def cast_like(x, like):
-    return x.to(dtype=like.dtype, device=like.device)
+    return torch.as_tensor(x, dtype=like.dtype, device=like.device)
 
 
 def compiled(value):

@@ -16,11 +16,13 @@ from .sparsemap import DEFAULT_MAX_ACTIVE, sparsemap
 
 class Trainable:
     def relaxed_sample(self, kind: str, temperature: float = 1.0, noise: str = "gumbel",
-                       noise_scale: float = 1.0, lam: float = 10.0, key=None):
+                       noise_scale: float = 1.0, lam: float = 10.0, key=None,
+                       perturbation=None):
         """A differentiable draw ``[batch, *event]`` of the event array: ``kind`` one of
         ``"perturbed"``, ``"straight-through"``, ``"imle"``
         (:func:`~.perturbation.relaxed_sample`; ``key``: the JAX key of the noise)."""
-        return relaxed_sample(self, kind, temperature, noise, noise_scale, lam, key)
+        return relaxed_sample(self, kind, temperature, noise, noise_scale, lam, key,
+                              perturbation)
 
     def sparsemap_support(self, max_active: int = DEFAULT_MAX_ACTIVE,
                           max_iter: int | None = None):

@@ -125,3 +125,47 @@ def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
         counts = np.append(counts[~small], counts[small].sum())
         expected = np.append(expected[~small], expected[small].sum())
     return float(chisquare(counts, expected).pvalue)
+
+
+def dependency_trees(n: int, length: int, projective: bool = True, single_root: bool = True):
+    """Every dependency tree of ``length`` words as heads ``[n]`` (``heads[m] = m``: the root's
+    child; padded positions their own index), by trying every head assignment: one root child
+    when ``single_root``, every word reaching the root, and — ``projective`` — no two arcs
+    crossing (the root's arcs included)."""
+    out = []
+    for heads in itertools.product(range(length), repeat=length):
+        roots = [m for m in range(length) if heads[m] == m]
+        if not roots or (single_root and len(roots) > 1):
+            continue
+        ok = True
+        for m in range(length):  # follow the heads: a cycle never reaches a root
+            seen, h = set(), m
+            while heads[h] != h:
+                if h in seen:
+                    ok = False
+                    break
+                seen.add(h)
+                h = heads[h]
+            if not ok:
+                break
+        if not ok:
+            continue
+        if projective:
+            arcs = [(-1 if heads[m] == m else heads[m], m) for m in range(length)]
+            spans = [(min(h, m), max(h, m)) for h, m in arcs]
+            if any(a < c < b < d for a, b in spans for c, d in spans):
+                continue
+        out.append(list(heads) + list(range(length, n)))
+    return out
+
+
+def chain_events(shape, length: int):
+    """Every label sequence's event (the potentials' ``shape`` [n, t, t])."""
+    n, t, _ = shape
+    return [ev for ev, _ in chain_structures(n, t, length)]
+
+
+def semi_markov_events(shape, length: int):
+    """Every labelled segmentation's event (``shape`` [n, m, t, t])."""
+    n, m, t, _ = shape
+    return [ev for ev, _ in semi_markov_structures(n, m, t, length)]

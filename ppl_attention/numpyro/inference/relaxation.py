@@ -30,13 +30,15 @@ def relaxable(fn):
 
 class relax(Messenger):
     """``fn`` (a guide) with its structured draws relaxed; arguments as the Pyro side's
-    :func:`~ppl_attention.pyro.inference.relaxation.relax`, plus ``rng_key``."""
+    :func:`~ppl_attention.pyro.inference.relaxation.relax` (``perturbation``: ``{site: ε}``),
+    plus ``rng_key``."""
 
     def __init__(self, fn=None, kind: str = "perturbed", temperature: float = 1.0,
                  noise: str = "gumbel", noise_scale: float = 1.0, lam: float = 10.0,
-                 sites=None, rng_key=None):
+                 sites=None, rng_key=None, perturbation=None):
         check_relaxation(kind, temperature, noise, noise_scale, lam)
         self.kind, self.sites, self.rng_key = kind, None if sites is None else set(sites), rng_key
+        self.perturbation = dict(perturbation or {})
         self.settings = dict(temperature=temperature, noise=noise, noise_scale=noise_scale,
                              lam=lam)
         self.count = 0
@@ -54,7 +56,10 @@ class relax(Messenger):
                                 f"{type(msg['fn']).__name__}, which has no relaxation (a "
                                 f"structure of ppl_attention's structure library has)")
             return
-        if self.rng_key is not None:
+        given = self.perturbation.get(msg["name"])
+        if given is not None:
+            key = None
+        elif self.rng_key is not None:
             key = jax.random.fold_in(self.rng_key, self.count)
         else:
             key = numpyro.prng_key()
@@ -62,5 +67,6 @@ class relax(Messenger):
                 raise UserError("relax: the noise needs a PRNG key: give rng_key= or run the "
                                 "guide under numpyro.handlers.seed")
         self.count += 1
-        msg["value"] = base.relaxed_sample(self.kind, key=key, **self.settings)
+        msg["value"] = base.relaxed_sample(self.kind, key=key, **self.settings,
+                                           perturbation=given)
         msg["infer"] = dict(msg.get("infer") or {}, relaxed=self.kind)

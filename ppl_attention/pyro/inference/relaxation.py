@@ -39,10 +39,11 @@ class RelaxMessenger(Messenger):
     """The handler of :func:`relax`."""
 
     def __init__(self, kind: str, temperature: float = 1.0, noise: str = "gumbel",
-                 noise_scale: float = 1.0, lam: float = 10.0, sites=None):
+                 noise_scale: float = 1.0, lam: float = 10.0, sites=None, perturbation=None):
         check_relaxation(kind, temperature, noise, noise_scale, lam)
         super().__init__()
         self.kind, self.sites = kind, None if sites is None else set(sites)
+        self.perturbation = dict(perturbation or {})
         self.settings = dict(temperature=temperature, noise=noise, noise_scale=noise_scale,
                              lam=lam)
         self.seen: set = set()
@@ -71,16 +72,18 @@ class RelaxMessenger(Messenger):
                                 f"structure of ppl_attention's structure library has)")
             return
         self.seen.add(msg["name"])
-        msg["value"] = base.relaxed_sample(self.kind, **self.settings)
+        msg["value"] = base.relaxed_sample(self.kind, **self.settings,
+                                           perturbation=self.perturbation.get(msg["name"]))
         msg["done"] = True
         msg["infer"] = dict(msg["infer"] or {}, relaxed=self.kind)
 
 
 def relax(fn=None, kind: str = "perturbed", temperature: float = 1.0, noise: str = "gumbel",
-          noise_scale: float = 1.0, lam: float = 10.0, sites=None):
+          noise_scale: float = 1.0, lam: float = 10.0, sites=None, perturbation=None):
     """``fn`` (a guide) with its structured draws relaxed (module docstring); ``sites``: the
     names to relax (None: every site that can be). ``kind``: ``"perturbed"``,
     ``"straight-through"``, ``"imle"``; ``temperature`` τ (perturbed, straight-through);
-    ``noise`` ``"gumbel"`` or ``"none"`` with ``noise_scale``; ``lam``: implicit MLE's λ."""
-    msngr = RelaxMessenger(kind, temperature, noise, noise_scale, lam, sites)
+    ``noise`` ``"gumbel"`` or ``"none"`` with ``noise_scale``; ``lam``: implicit MLE's λ;
+    ``perturbation``: ``{site: ε}``, the noise of those sites given (common random numbers)."""
+    msngr = RelaxMessenger(kind, temperature, noise, noise_scale, lam, sites, perturbation)
     return msngr(fn) if fn is not None else msngr
