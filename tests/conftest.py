@@ -106,6 +106,8 @@ def _xla_without_llvm_optimization():
         import jax
     except ImportError:  # without the numpyro extra
         return
+    from ppl_attention.core import xla_flags  # noqa: F401  (the package's own flags first)
+
     before = os.environ.get("XLA_FLAGS")
     os.environ["XLA_FLAGS"] = f"{before or ''} --xla_backend_optimization_level=0".strip()
     try:

@@ -91,6 +91,12 @@ def not_applicable(method: str, prop: str, backend: str) -> str | None:
         return "no NumPyro counterpart to compare with"
     if prop == "c" and spec.objective == "ReweightedWakeSleep":
         return "biased by construction (self-normalized weights of K = 5 draws)"
+    if prop == "c" and spec.relaxation is not None:
+        return ("biased by construction (a relaxation of the draw): its bias and variance "
+                "against the exact gradient, and how they move with τ, are measured by "
+                "benchmarks/estimators.py (docs/results.md, *Gradient estimators*); here its "
+                "gradient is checked to be the derivative of its relaxed objective at fixed "
+                "noise")
     if prop == "d" and spec.objective not in ("TraceMeanField_ELBO", "ScoreFunctionKL_ELBO"):
         return f"{spec.objective}: no KL term taken in closed form"
     if prop == "e" and not sampled(spec):

@@ -26,7 +26,9 @@ def evaluate(run, batches: list, gold: list | None = None,
     """A report: ``nll_per_token`` (exact where defined, else IWAE-K), ``ppl``, ``exact``,
     ``elbo_per_token``, ``aer`` (with gold, for models with the ``alignment`` capability),
     ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
-    ``n_unk``, ``method``, ``backend``.
+    ``n_unk``, ``method``, ``backend``; ``support`` for a sparse family (sparsemax and α-entmax
+    weights, a sparsemax q, SparseMAP): the mean number of positions (or structures) with weight
+    above 0 per real target token (per sentence for a tree).
 
     ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model,
     whichever backend trained it. ``references`` (word → pronunciations, G2P) adds
@@ -66,6 +68,8 @@ def evaluate(run, batches: list, gold: list | None = None,
         report["iwae_k"] = iwae_k
     if with_elbo:
         report["elbo_per_token"] = ops.elbo_per_token(run, batches, seed=seed)
+    if getattr(run.model.family, "sparse", False):
+        report["support"] = ops.mean_support(run, batches)
     if gold is not None and "alignment" in caps:
         links = ops.alignment_links(run, batches)
         idx = sorted(links)

@@ -45,7 +45,7 @@ COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
 #: …and where the data scores decoding, gold trees (``--task trees``), segments (``phrases``) or
 #: frames (``durations``)
 DECODE_COLUMNS = ["prefix_accuracy", "sequence_accuracy", "uas", "segment_f1",
-                  "frame_accuracy"]
+                  "frame_accuracy", "support"]
 #: …and for the methods of global latents (MCMC and SVI against it)
 GLOBAL_COLUMNS = ["seconds", "rhat_max", "ess_bulk_min", "ess_tail_min", "divergences",
                   "vs_nuts_mean_error_sd", "vs_nuts_sd_ratio", "vs_nuts_w1_sd"]
@@ -579,7 +579,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
     else:
         cal = any("cal_p_min" in rep for rep in reports)
         heads = {"prefix_accuracy": "correct before 1st error", "sequence_accuracy": "exact",
-                 "uas": "UAS", "segment_f1": "segment F1", "frame_accuracy": "frame accuracy"}
+                 "uas": "UAS", "segment_f1": "segment F1", "frame_accuracy": "frame accuracy",
+                 "support": "mean support"}
         md += ["| method | NLL/token | exact | ELBO/token | AER | ms/step |"
                + "".join(f" {heads[c]} |" for c in decoded)
                + (" calibration min p | coverage 90 % |" if cal else ""),

@@ -146,6 +146,93 @@ def _pyro_loss_grad(model, method, b, trace=None, seed=0, kl=1.0):
     return loss, _flat(model)
 
 
+def _perturbation(trace, seed=11) -> np.ndarray:
+    """Gumbel noise of the shape of the alignment site's potentials (the relaxation's ε, given
+    to both backends: common random numbers)."""
+    from ppl_attention.pyro.inference.relaxation import relaxable
+
+    theta = relaxable(trace.nodes["align"]["fn"]).trainable.log_potentials
+    return np.random.default_rng(seed).gumbel(size=tuple(theta.shape))
+
+
+def _pyro_relaxed_loss_grad(model, method, b, eps, seed=0):
+    """(loss, flat gradient) of one step of a relaxed method at the noise ``eps``."""
+    m = get_method(method)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    model.zero_grad()
+    eps_t = torch.as_tensor(eps, dtype=next(model.parameters()).dtype)
+    loss, surrogate = differentiable_loss(m, m.elbo(), model, b, 0, 1.0,
+                                          perturbation={"align": eps_t})
+    surrogate.backward()
+    return loss, _flat(model)
+
+
+def _jax_relaxed_loss_fn(jm, method, jb, eps):
+    """params → (loss, −ELBO) of one NumPyro step of a relaxed method at the noise ``eps``."""
+    loss = make_loss(jm, method, site=jm.param_name, perturbation={"align": jnp.asarray(eps)})
+    return lambda p: loss(p, jax.random.PRNGKey(0), jb, 1.0)
+
+
+def _assert_relaxed_is_the_derivative(method, backend, h=1e-6):
+    """Property c of a relaxation (biased by construction): at fixed noise its loss is a
+    function of the weights whose gradient it is — for perturbed marginals, the central finite
+    difference along a random direction; for straight-through and implicit MLE (a hard draw
+    forward, a surrogate gradient backward) the loss is the exact-draw loss at the perturbed
+    MAP (the score-function twin's at that structure, without its score term), on either
+    backend."""
+    spec = METHOD_SPECS[method]
+    model, b = _model(method), _batch()
+    tr = _guide_trace(model, method, b)
+    eps = _perturbation(tr)
+    loss, g = _pyro_relaxed_loss_grad(model, method, b, eps)
+    if backend == "numpyro":
+        model32 = _model(method, torch.float32)
+        jm, p = JaxModel.from_torch(model32)
+        (_, jloss), _ = jax.jit(jax.value_and_grad(_jax_relaxed_loss_fn(jm, method, to_jax(b),
+                                                                        eps), has_aux=True))(p)
+        assert float(jloss) == pytest.approx(loss, rel=1e-4)
+        return
+    if spec.relaxation == "perturbed":
+        params = [q for _, q in model.named_parameters()]
+        v = _directions(sum(q.numel() for q in params), k=1, seed=3)[0]
+        chunks = torch.split(torch.as_tensor(v), [q.numel() for q in params])
+
+        def shift(sign):
+            with torch.no_grad():
+                for q, c in zip(params, chunks):
+                    q.add_(sign * h * c.view_as(q))
+
+        shift(+1)
+        up = _pyro_relaxed_loss_grad(model, method, b, eps)[0]
+        shift(-2)
+        down = _pyro_relaxed_loss_grad(model, method, b, eps)[0]
+        shift(+1)
+        assert float(g @ v) == pytest.approx((up - down) / (2 * h), rel=1e-3, abs=1e-5)
+        return
+    # the hard forward: the structure the relaxation drew, replayed into the plain estimator
+    from ppl_attention.pyro.inference.relaxation import relaxable
+
+    q = relaxable(tr.nodes["align"]["fn"])
+    theta = q.trainable.log_potentials.detach()
+    hard = q.trainable.argmax_at(theta + torch.as_tensor(eps, dtype=theta.dtype),
+                                 *q.trainable.aux())
+    if spec.family_spec.tree:
+        hard = q.trainable.sparse_values(hard)
+    tr.nodes["align"]["value"] = hard.to(tr.nodes["align"]["value"].dtype)
+    plain = _pyro_loss_grad(model, _score_function_twin(method), b, trace=tr)[0]
+    assert loss == pytest.approx(plain, rel=1e-9)
+
+
+def _score_function_twin(method):
+    """The score-function method of a relaxed method's family and guide (same q, exact ELBO
+    estimator)."""
+    spec = METHOD_SPECS[method]
+    return next(n for n, s in METHOD_SPECS.items() if s.family == spec.family and
+                s.posterior == spec.posterior and s.objective == "ScoreFunctionKL_ELBO" and
+                s.relaxation is None and not s.family_options)
+
+
 def _jax_loss_fn(jm, method, jb, z=None):
     """params → (loss to differentiate, −ELBO) of one NumPyro step; with ``z``, at those draws."""
     m = numpyro_method(method)
@@ -202,6 +289,8 @@ def _check_na(method, prop, backend):
         assert spec.objective not in ("TraceMeanField_ELBO", "ScoreFunctionKL_ELBO")
     elif prop == "e":
         assert not sampled(spec)
+    elif prop == "c" and spec.relaxation is not None:
+        _assert_relaxed_is_the_derivative(method, backend)
     elif prop in ("b", "c"):
         assert spec.objective == "ReweightedWakeSleep"
     return True
@@ -244,8 +333,14 @@ def _parity(method):
     else:
         tr = _guide_trace(model, method, b)
         z = jnp.asarray(tr.nodes["align"]["value"].numpy())
-        out["pyro"] = _pyro_loss_grad(model, method, b, trace=tr)
-        step = jax.jit(jax.value_and_grad(_jax_loss_fn(jm, method, jb, z), has_aux=True))
+        if spec.relaxation is not None:  # the relaxed draw at the same noise on both sides
+            eps = _perturbation(tr)
+            out["pyro"] = _pyro_relaxed_loss_grad(model, method, b, eps)
+            fn = _jax_relaxed_loss_fn(jm, method, jb, eps)
+            step = jax.jit(jax.value_and_grad(fn, has_aux=True))
+        else:
+            out["pyro"] = _pyro_loss_grad(model, method, b, trace=tr)
+            step = jax.jit(jax.value_and_grad(_jax_loss_fn(jm, method, jb, z), has_aux=True))
         (_, loss), grads = step(p)
         if spec.objective in ("TraceMeanField_ELBO", "ScoreFunctionKL_ELBO"):
             out["kl"] = _kl_both(model, jm, p, method, b, jb, tr, z)
@@ -651,8 +746,8 @@ def _elbo_reference(model, method, b, reps=16):
         twin = _enumerated_twin(method)
         with torch.no_grad():
             return -float(_reference_objective(model, twin, b)), 0.0
-    m = get_method(method)
-    vals = []
+    m = get_method(_score_function_twin(method) if spec.relaxation else method)
+    vals = []  # a relaxation's objective is not the ELBO: its score-function twin's (same q)
     for r in range(reps):
         pyro.clear_param_store()
         pyro.set_rng_seed(500 + r)

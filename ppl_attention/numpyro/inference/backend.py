@@ -13,7 +13,13 @@ from .bayes import check_options as check_global_options
 from .bayes import fit_global, global_report
 from .calibration import calibration_arrays, calibration_probs, distortion
 from .decode import stepper
-from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
+from .evaluate import (
+    alignment_links,
+    elbo_per_token,
+    map_trees_by_index,
+    mean_support,
+    nll_per_token,
+)
 from .fit import data_parallel, fit
 from .importance import importance_arrays
 from .methods import get_method
@@ -21,7 +27,7 @@ from .posterior import alignment_arrays, diagnostic_arrays
 from .twins import twin_class
 
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
-           "fit_global", "global_report", "check_global_options", "method_family",
+           "mean_support", "fit_global", "global_report", "check_global_options", "method_family",
            "preflight", "map_trees_by_index", "importance_arrays", "check_importance",
            "stepper", "prepare", "calibration_arrays", "calibration_probs", "distortion",
            "alignment_arrays", "diagnostic_arrays", "extra_report"]

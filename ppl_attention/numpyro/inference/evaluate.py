@@ -27,7 +27,7 @@ from .cache import enable_compilation_cache
 from .methods import enumerated_guide_loss, get_method, make_elbo
 from .twins import parameter_pairs, params_from_torch, twin_of
 
-__all__ = ["MULTIPLE", "model_and_params", "nll_per_token", "elbo_per_token",
+__all__ = ["MULTIPLE", "model_and_params", "nll_per_token", "elbo_per_token", "mean_support",
            "map_alignments", "alignment_links", "map_trees", "map_trees_by_index", "tree_scores",
            "log_importance_weights", "jitted", "jax_batches"]
 
@@ -201,6 +201,52 @@ def _recorded(model, program: str, posterior: str | None, what: str):
             return jnp.where(call.mask, call.scores, -jnp.inf)
         return fn
     return jitted(model, f"recorded-{program}-{posterior}-{what}", build)
+
+
+def _support_sizes(fn):
+    while not hasattr(fn, "support_size") and not hasattr(fn, "active") and \
+            hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    if hasattr(fn, "support_size"):
+        return fn.support_size
+    if hasattr(fn, "active"):
+        return fn.active
+    raise UserError(f"{type(fn).__name__} has no sparse support to count")
+
+
+def _support_fn(model, site, posterior):
+    def fn(params, b):
+        prog = functools.partial(model.guide, posterior=posterior)
+        tr = handlers.trace(handlers.seed(handlers.substitute(prog, data=params), 0)
+                            ).get_trace(b)
+        return _support_sizes(tr[site]["fn"])
+    return fn
+
+
+def mean_support(run, batches) -> float:
+    """As :func:`ppl_attention.pyro.inference.evaluate.mean_support`, under NumPyro."""
+    site = declared(run.model, "site")
+    total, count = 0.0, 0
+    for batch in batches:
+        jb = to_jax(batch, None, MULTIPLE)
+        model, p = model_and_params(run, jb)
+        B, T = batch.tgt_out.shape
+        if model.family.deterministic:
+            w = _recorded(model, "model", None, "weights")(p, jb)
+            sizes = np.asarray((w > 0).sum(-1))
+        else:
+            posterior = _guide_posterior(run.method, run.model)
+            sizes = np.asarray(jitted(model, f"support-{posterior}",
+                                      functools.partial(_support_fn, model, site, posterior)
+                                      )(p, jb))
+        sizes = sizes.reshape(sizes.shape[0], -1)[:B]
+        if sizes.shape[1] == 1:
+            total, count = total + float(sizes.sum()), count + B
+        else:
+            mask = np.asarray(batch.tgt_mask)
+            total += float(sizes[:, :T][mask].sum())
+            count += int(mask.sum())
+    return total / max(count, 1)
 
 
 def map_alignments(run, batch) -> np.ndarray:

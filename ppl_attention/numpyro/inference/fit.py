@@ -74,14 +74,16 @@ def optimizer(clip: float = 0.0, weight_decay: float = 0.0) -> optax.GradientTra
 
 
 def make_loss(model, method: str, site: str | None = None, draws=None,
-              options: dict | None = None):
+              options: dict | None = None, perturbation: dict | None = None):
     """(params, key, batch, kl_scale, step_kwargs) → (loss to differentiate, −ELBO), summed
     over the batch; ``params`` the model's param map — or, with ``site``, the value of that one
     (pytree-valued) parameter, for differentiating with respect to it alone. ``draws``: the
     alignment site's value in the guide, fixed (the loss and gradient at those draws);
-    ``options``: the method's options (a relaxation's temperature …)."""
+    ``options``: the method's options (a relaxation's temperature …); ``perturbation``: a
+    relaxed method's noise ``{site: ε}``, given."""
     if site is not None:
-        whole = make_loss(model, method, draws=draws, options=options)
+        whole = make_loss(model, method, draws=draws, options=options,
+                          perturbation=perturbation)
         return lambda value, *args: whole({site: value}, *args)
     m = get_method(method, options)
     site = declared(model, "site")
@@ -99,7 +101,8 @@ def make_loss(model, method: str, site: str | None = None, draws=None,
         guide = model.guide if draws is None else \
             handlers.substitute(model.guide, data={site: draws})
         if draws is None:
-            guide = m.guide_program(guide, None if key is None else jax.random.fold_in(key, 1))
+            guide = m.guide_program(guide, None if key is None else jax.random.fold_in(key, 1),
+                                    perturbation)
         gd = functools.partial(guide, posterior=m.posterior, enumerate_z=m.enumerate_guide,
                                kl_scale=kl, **(kw or {}))
         return mdl, gd

@@ -83,12 +83,13 @@ class Method:
         return make_family(self.spec.family, key_dim=key_dim,
                            **self.spec.family_kwargs(dict(self.options)))
 
-    def guide_program(self, guide, rng_key=None):
+    def guide_program(self, guide, rng_key=None, perturbation: dict | None = None):
         """The guide as the method runs it: its structured draws relaxed (``rng_key``: their
-        noise) for a relaxed method, as the Pyro side's."""
+        noise; ``perturbation``: ``{site: ε}``, the noise given) for a relaxed method, as the
+        Pyro side's."""
         if self.spec.relaxation is None:
             return guide
-        return relax(guide, self.spec.relaxation, rng_key=rng_key,
+        return relax(guide, self.spec.relaxation, rng_key=rng_key, perturbation=perturbation,
                      **self.spec.relaxation_kwargs(dict(self.options)))
 
     def kl_scale(self, step: int, weight: float = 1.0, rho: float | None = None) -> float:

@@ -8,12 +8,19 @@ from ...common.importance_weights import check_importance
 from ...core.errors import UserError
 from .calibration import calibration_arrays, calibration_probs, distortion
 from .decode import stepper
-from .evaluate import alignment_links, elbo_per_token, map_trees_by_index, nll_per_token
+from .evaluate import (
+    alignment_links,
+    elbo_per_token,
+    map_trees_by_index,
+    mean_support,
+    nll_per_token,
+)
 from .fit import fit
 from .importance import importance_arrays
 from .posterior import alignment_arrays, diagnostic_arrays
 
 __all__ = ["check", "check_run", "fit", "nll_per_token", "elbo_per_token", "alignment_links",
+           "mean_support",
            "map_trees_by_index", "importance_arrays", "check_importance", "stepper", "prepare",
            "calibration_arrays", "calibration_probs", "distortion", "alignment_arrays",
            "diagnostic_arrays", "extra_report"]

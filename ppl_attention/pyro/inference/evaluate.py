@@ -32,7 +32,7 @@ from ..models.base import capabilities, declared, exact_posterior, exact_token_l
 from ..models.device import model_device
 from .methods import get_method
 
-__all__ = ["evaluate", "map_trees", "map_trees_by_index", "tree_scores", "nll_per_token",
+__all__ = ["evaluate", "mean_support", "map_trees", "map_trees_by_index", "tree_scores", "nll_per_token",
            "elbo_per_token", "map_alignments", "alignment_links", "log_importance_weights",
            "iwae_log_likelihood", "token_log_likelihood", "guide_posterior", "monotonic_share"]
 
@@ -236,6 +236,48 @@ def map_trees(run: Run, batch) -> list[list[int]]:
     heads = DependencyTree(scores, lengths, projective=fam.projective,
                            single_root=fam.single_root).argmax()
     return [heads[r, :int(L)].tolist() for r, L in enumerate(lengths)]
+
+
+def support_sizes(fn):
+    """The size of a sparse site's support per row: q's positions with probability above 0
+    (:class:`~ppl_attention.pyro.sparse.SparsemaxCategorical`) or SparseMAP's active structures
+    (:class:`~ppl_attention.pyro.sparse.SparseMAP`), under its masks."""
+    while not hasattr(fn, "support_size") and not hasattr(fn, "active") and \
+            hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    if hasattr(fn, "support_size"):
+        return fn.support_size
+    if hasattr(fn, "active"):
+        return fn.active
+    raise UserError(f"{type(fn).__name__} has no sparse support to count")
+
+
+@torch.no_grad()
+def mean_support(run: Run, batches: list) -> float:
+    """The mean size of a sparse family's support: for a deterministic one (sparsemax,
+    α-entmax) the positions with weight above 0 per real target token; for a sparse q
+    (sparsemax q, SparseMAP) q's support per real token (per sentence for a tree)."""
+    model = run.model
+    site = declared(model, "site")
+    total, count = 0.0, 0
+    for batch in batches:
+        batch = batch.to(model_device(model))
+        mask = batch.tgt_mask
+        if model.family.deterministic:
+            with recording() as calls, poutine.block():
+                model.model(batch)
+            sizes = (_site_call(calls, site).weights > 0).sum(-1).to(torch.float64)
+        else:
+            with poutine.block():
+                tr = poutine.trace(model.guide).get_trace(batch, posterior=guide_posterior(run))
+            sizes = support_sizes(tr.nodes[site]["fn"]).to(torch.float64)
+        sizes = sizes.reshape(batch.size, -1)
+        if sizes.shape[1] == 1:  # one structure per sentence
+            total, count = total + float(sizes.sum()), count + batch.size
+        else:
+            total += float(sizes[mask].sum())
+            count += int(mask.sum())
+    return total / max(count, 1)
 
 
 def alignment_links(run: Run, batches: list, map_fn=None) -> dict[int, set[tuple[int, int]]]:

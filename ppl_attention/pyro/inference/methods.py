@@ -58,13 +58,15 @@ class Method:
         return make_family(self.spec.family, key_dim=key_dim,
                            **self.spec.family_kwargs(dict(self.options)))
 
-    def guide_program(self, guide):
+    def guide_program(self, guide, perturbation: dict | None = None):
         """The guide as the method runs it: with its structured draws relaxed
-        (:func:`~ppl_attention.pyro.inference.relaxation.relax`) for a relaxed method."""
+        (:func:`~ppl_attention.pyro.inference.relaxation.relax`) for a relaxed method;
+        ``perturbation``: ``{site: ε}``, the relaxation's noise given (common random
+        numbers)."""
         if self.spec.relaxation is None:
             return guide
-        return relax(guide, self.spec.relaxation, **self.spec.relaxation_kwargs(
-            dict(self.options)))
+        return relax(guide, self.spec.relaxation, perturbation=perturbation,
+                     **self.spec.relaxation_kwargs(dict(self.options)))
 
     def elbo(self, max_plate_nesting: int = PLATES):
         """The Pyro estimator, for a model with ``max_plate_nesting`` plates."""
@@ -94,11 +96,12 @@ def get_method(name: str, options: dict | None = None) -> Method:
     return Method(spec, MappingProxyType(spec.resolve_options(options)))
 
 
-def programs(method: Method, model, batch, kl: float = 1.0, step_kwargs: dict | None = None):
+def programs(method: Method, model, batch, kl: float = 1.0, step_kwargs: dict | None = None,
+             perturbation: dict | None = None):
     """The model and the guide program of one step as ``method`` runs them on ``batch``: two
     functions of the batch with the method's switches (enumeration, the guide's posterior, the
     KL weight ``kl`` on the alignment sites, the soft REINFORCE baseline ``[B, T]``, and the
-    model's own ``step_kwargs``)."""
+    model's own ``step_kwargs``; ``perturbation``: a relaxed method's noise, given)."""
     extra = dict(step_kwargs or {})
     guide_kwargs = dict(posterior=method.posterior, enumerate_z=method.enumerate_guide,
                         kl_scale=kl, **extra)
@@ -109,7 +112,7 @@ def programs(method: Method, model, batch, kl: float = 1.0, step_kwargs: dict | 
     def p(b):
         return model.model(b, enumerate_z=method.enumerate_model, kl_scale=kl, **extra)
 
-    guide = method.guide_program(model.guide)
+    guide = method.guide_program(model.guide, perturbation)
 
     def q(b):
         return guide(b, **guide_kwargs)
@@ -118,14 +121,16 @@ def programs(method: Method, model, batch, kl: float = 1.0, step_kwargs: dict | 
 
 
 def differentiable_loss(method: Method, elbo, model, batch, step: int, kl: float = 1.0,
-                        step_kwargs: dict | None = None) -> tuple[float, torch.Tensor]:
+                        step_kwargs: dict | None = None,
+                        perturbation: dict | None = None) -> tuple[float, torch.Tensor]:
     """One stochastic estimate of −ELBO summed over the batch, and the surrogate whose gradient
     is the method's gradient estimator (for REINFORCE methods it differs from −ELBO; for
     reweighted wake-sleep it is the wake-θ plus wake-φ loss) — what ``loss_and_grads``
     differentiates, and what a ``DistributedDataParallel`` module returns. ``kl``: the KL weight
     on the alignment sites; ``step_kwargs``: the model's own step-dependent arguments
-    (``model.step_arguments(step)``), passed to model and guide."""
-    p, q = programs(method, model, batch, kl, step_kwargs)
+    (``model.step_arguments(step)``), passed to model and guide; ``perturbation``: a relaxed
+    method's noise ``{site: ε}``, given."""
+    p, q = programs(method, model, batch, kl, step_kwargs, perturbation)
     with warnings.catch_warnings():
         # TraceEnum_ELBO looks for enumerated sites in the guide only; `exact` enumerates in
         # the model (tested against brute force), so its warning is noise here.
