@@ -32,7 +32,8 @@ from ..models.base import capabilities, declared, exact_posterior, exact_token_l
 from ..models.device import model_device
 from .methods import get_method
 
-__all__ = ["evaluate", "mean_support", "map_trees", "map_trees_by_index", "tree_scores", "nll_per_token",
+__all__ = ["evaluate", "mean_support", "map_trees", "map_trees_by_index", "tree_scores",
+           "nll_per_token",
            "elbo_per_token", "map_alignments", "alignment_links", "log_importance_weights",
            "iwae_log_likelihood", "token_log_likelihood", "guide_posterior", "monotonic_share"]
 
