@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro.distributions import Distribution, constraints
 
+from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
 from ..structures import jax_ops
 from ..structures.sparse_support import SparseSupport
@@ -59,7 +60,11 @@ class SparseMAP(SparseSupport, Distribution):
 
     def __init__(self, base, max_active: int = DEFAULT_MAX_ACTIVE, max_iter: int | None = None,
                  *, validate_args=None):
-        trainable = base.trainable
+        trainable = getattr(base, "trainable", None)
+        if trainable is None or not callable(getattr(trainable, "argmax_at", None)):
+            raise UserError(f"SparseMAP needs a structure with an argmax (its MAP oracle, over "
+                            f"which the active set is searched): {type(base).__name__} has "
+                            f"none (the structures of the structure library have)")
         events, probs, converged, active = trainable.sparsemap_support(max_active, max_iter)
         marginals = (probs.reshape(probs.shape + (1,) * trainable.event_dims) * events).sum(0)
         batch, event = self._set_support(base.sparse_values(events), probs, marginals, converged,

@@ -228,7 +228,22 @@ class DependencyTree(Trainable, Distribution):
 
     def marginals_at(self, theta):
         """Arc marginals at arc scores ``theta`` (these lengths and kind; differentiable)."""
-        return jax.grad(lambda t: self._partition(t).sum())(theta)
+        lengths = jnp.broadcast_to(self.lengths, theta.shape[:-2])
+        return jax.grad(lambda t: self._partition(t, lengths=lengths).sum())(theta)
+
+    def at(self, theta) -> DependencyTree:
+        """The same kind of tree over other arc scores (draws on the left of the batch)."""
+        return DependencyTree(theta, jnp.broadcast_to(self.lengths, theta.shape[:-2]),
+                              projective=self.projective, single_root=self.single_root)
+
+    def log_z(self):
+        return self.log_partition
+
+    def sample_events(self, n: int, key=None):
+        """``n`` exact draws as arc indicators ``[n, ..., N, N]`` (padded words: none)."""
+        heads = self.sample(key, (n,))
+        real = self._real.astype(self.theta.dtype)
+        return heads_to_arcs(heads, self.theta.dtype) * real[..., :, None] * real[..., None, :]
 
     def argmax_at(self, theta, lengths):
         """Arc indicators ``[..., N, N]`` of the MAP tree at ``theta`` with ``lengths``."""

@@ -12,6 +12,7 @@ import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import constraints, register_kl
 
+from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
 from ..structures import torch_ops
 from ..structures.sparse_support import SparseSupport
@@ -71,7 +72,11 @@ class SparseMAP(SparseSupport, TorchDistribution):
 
     def __init__(self, base, max_active: int = DEFAULT_MAX_ACTIVE, max_iter: int | None = None,
                  validate_args=None):
-        trainable = base.trainable
+        trainable = getattr(base, "trainable", None)
+        if trainable is None or not callable(getattr(trainable, "argmax_at", None)):
+            raise UserError(f"SparseMAP needs a structure with an argmax (its MAP oracle, over "
+                            f"which the active set is searched): {type(base).__name__} has "
+                            f"none (the structures of the structure library have)")
         events, probs, converged, active = trainable.sparsemap_support(max_active, max_iter)
         marginals = (probs.reshape(probs.shape + (1,) * trainable.event_dims) * events).sum(0)
         batch, event = self._set_support(base.sparse_values(events), probs, marginals, converged,

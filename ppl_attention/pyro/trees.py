@@ -306,7 +306,22 @@ class DependencyTree(Trainable, TorchDistribution):
 
     def marginals_at(self, theta: torch.Tensor) -> torch.Tensor:
         """Arc marginals at arc scores ``theta`` (these lengths and kind; differentiable)."""
-        return self._marginals(theta)
+        return self.at(theta)._marginals(theta)
+
+    def at(self, theta: torch.Tensor) -> DependencyTree:
+        """The same kind of tree over other arc scores (draws on the left of the batch)."""
+        return DependencyTree(theta, self.lengths.expand(theta.shape[:-2]),
+                              projective=self.projective, single_root=self.single_root,
+                              validate_args=False)
+
+    def log_z(self) -> torch.Tensor:
+        return self.log_partition
+
+    def sample_events(self, n: int, key=None) -> torch.Tensor:
+        """``n`` exact draws as arc indicators ``[n, ..., N, N]`` (padded words: none)."""
+        heads = self.sample((n,))
+        real = self._real.to(self.theta.dtype)
+        return heads_to_arcs(heads, self.theta.dtype) * real.unsqueeze(-1) * real.unsqueeze(-2)
 
     def argmax_at(self, theta: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Arc indicators ``[..., N, N]`` of the MAP tree at ``theta`` with ``lengths``."""

@@ -367,6 +367,10 @@ def log(x):
     return jnp.log(x)
 
 
+def exp(x):
+    return jnp.exp(x)
+
+
 # --- charts over spans (structures.eisner, structures.tree_crf): full size, one fori_loop step
 # per width --------------------------------------------------------------------------------------
 

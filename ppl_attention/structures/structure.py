@@ -22,6 +22,8 @@ distribution over a few structures (:mod:`.sparsemap`).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ..core.errors import UserError
@@ -152,6 +154,29 @@ class Structure(Trainable):
         if not aux:
             return None
         return tuple(aux) if isinstance(self.lengths, tuple) else aux[0]
+
+    def at(self, theta) -> Structure:
+        """The same structure (kind, lengths) over other potentials ``theta [*batch', *event]``
+        — a batch that the lengths broadcast to (draws on the left). Unchecked: for the
+        estimators, whose potentials are this structure's own."""
+        new = copy.copy(self)
+        new.log_potentials = theta
+        batch = tuple(theta.shape[:len(theta.shape) - self.event_dims])
+        if batch != tuple(self.batch_shape):
+            def grow(x):
+                return self.ops.expand(x, batch + tuple(x.shape[len(self.batch_shape):]))
+            new.lengths = tuple(grow(x) for x in self.lengths) if isinstance(
+                self.lengths, tuple) else grow(self.lengths)
+            new.batch_shape = batch
+        return new
+
+    def log_z(self):
+        """log Z ``[batch]`` (:meth:`log_partition`)."""
+        return self.log_partition()
+
+    def sample_events(self, n: int, key=None):
+        """``n`` exact draws as events ``[n, batch, *event]``."""
+        return self.sample((n,), key)
 
     def marginals_at(self, theta):
         """∇ log Z at potentials ``theta`` of this structure's shape and lengths

@@ -385,6 +385,10 @@ def log(x):
     return torch.log(x)
 
 
+def exp(x):
+    return torch.exp(x)
+
+
 # --- charts over spans (structures.eisner, structures.tree_crf): grown one column per width ----
 
 def chart_new(first):

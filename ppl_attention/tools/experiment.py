@@ -133,7 +133,10 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
                             f"global latents; --method {m} is an alignment method")
         spec.resolve_options(given)  # bad values: refused now
         check_method(cls, spec)
-    taken = {k for m in methods if not is_global_method(m) for k in get_method(m).options}
+    aligners = [m for m in methods if not is_global_method(m)]
+    if len(aligners) == 1:  # one method: refused naming the options it takes
+        get_method(aligners[0]).resolve_options(alignment_given)
+    taken = {k for m in aligners for k in get_method(m).options}
     idle = sorted(set(alignment_given) - taken)
     if idle:
         takers = [n for n, sp in METHOD_SPECS.items() if idle[0] in sp.options]
