@@ -28,7 +28,9 @@ def evaluate(run, batches: list, gold: list | None = None,
     ``floor_nll_per_token`` (with the generator's log-likelihoods), ``n_pairs``, ``n_tokens``,
     ``n_unk``, ``method``, ``backend``; ``support`` for a sparse family (sparsemax and α-entmax
     weights, a sparsemax q, SparseMAP): the mean number of positions (or structures) with weight
-    above 0 per real target token (per sentence for a tree).
+    above 0 per real target token (per sentence for a tree), and for SparseMAP
+    ``sparsemap_unconverged``, the share of those rows whose active-set search filled its
+    ``max_active`` slots before the optimum (q is then the best over the structures found).
 
     ``backend="numpyro"`` computes every number with the NumPyro twin of the run's model,
     whichever backend trained it. ``references`` (word → pronunciations, G2P) adds
@@ -69,7 +71,9 @@ def evaluate(run, batches: list, gold: list | None = None,
     if with_elbo:
         report["elbo_per_token"] = ops.elbo_per_token(run, batches, seed=seed)
     if getattr(run.model.family, "sparse", False):
-        report["support"] = ops.mean_support(run, batches)
+        report["support"], unconverged = ops.mean_support(run, batches)
+        if unconverged is not None:  # SparseMAP: rows whose search stopped at max_active
+            report["sparsemap_unconverged"] = unconverged
     if gold is not None and "alignment" in caps:
         links = ops.alignment_links(run, batches)
         idx = sorted(links)

@@ -246,14 +246,16 @@ _RELAXED = {"temperature": 1.0, **_PERTURBATION}
 _IMLE = {"imle_lambda": 10.0, **_PERTURBATION}
 
 
-def _structured_ways(prefix: str, family: str, what: str) -> list[MethodSpec]:
-    """SparseMAP and the three relaxations of a sampled structured family: one method each."""
+def _structured_ways(prefix: str, family: str, what: str, max_active: int = 10
+                     ) -> list[MethodSpec]:
+    """SparseMAP (``max_active`` slots by default: enough for its search to reach the optimum
+    on the tasks' sources) and the three relaxations of a sampled structured family."""
     return [
         MethodSpec(f"{prefix}-sparsemap", f"{what}: q is SparseMAP's sparse distribution over a "
                    "few structures of the inference network's potentials; the ELBO summed "
                    "exactly over them [Correia et al. 2020]", family, "inference",
                    "TraceEnum_ELBO", family_options={"sparsemap": True}, enumerate_guide=True,
-                   options={"max_active": 10}),
+                   options={"max_active": max_active}),
         MethodSpec(f"{prefix}-perturbed", f"{what}: perturbed marginals of q at temperature τ "
                    "as the draw, pathwise, with the exact KL [stochastic softmax trick]",
                    family, "inference", "ScoreFunctionKL_ELBO", relaxation="perturbed",
@@ -332,7 +334,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
                "it attends to: ELBO by the score function with the exact constituency KL, "
                "q(tree | x, y), spans-marginals baseline",
                "spans", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
-    *_structured_ways("spans", "spans", "a latent labelled binary tree per query"),
+    *_structured_ways("spans", "spans", "a latent labelled binary tree per query", 32),
     MethodSpec("tree-marginals", "syntactic attention: each word read with its parent and "
                "children weighted by exact dependency-tree arc marginals (inside-outside), maximum "
                "likelihood [Structured attention, Kim et al. 2017]",

@@ -224,6 +224,27 @@ def _assert_relaxed_is_the_derivative(method, backend, h=1e-6):
     assert loss == pytest.approx(plain, rel=1e-9)
 
 
+def _assert_same_marginals_other_decomposition(method):
+    """SparseMAP's q from the same weights on both backends: the same marginals (≤ 1e-4),
+    supports that differ (the reason the loss itself is not compared)."""
+    model = _model(method, torch.float32)
+    b = _batch()
+    m = get_method(method)
+    g = poutine.trace(model.guide).get_trace(b, posterior=m.posterior)
+    qt = g.nodes["align"]["fn"].base_dist
+    from numpyro import handlers
+
+    jm, p = JaxModel.from_torch(model)
+    jg = handlers.trace(handlers.seed(handlers.substitute(jm.guide, data={jm.param_name: p}),
+                                      0)).get_trace(to_jax(b), posterior=m.posterior)
+    qj = jg["align"]["fn"].base_dist
+    mt, mj = qt.marginals.detach().numpy(), np.asarray(qj.marginals)
+    assert np.abs(mt - mj[tuple(slice(0, n) for n in mt.shape)]).max() <= 1e-4
+    pt = np.sort(qt.probs.detach().numpy(), 0)
+    pj = np.sort(np.asarray(qj.probs), 0)[:, :pt.shape[1], :pt.shape[2]]
+    assert np.abs(pt - pj).max() > 1e-3
+
+
 def _score_function_twin(method):
     """The score-function method of a relaxed method's family and guide (same q, exact ELBO
     estimator)."""
@@ -291,6 +312,8 @@ def _check_na(method, prop, backend):
         assert not sampled(spec)
     elif prop == "c" and spec.relaxation is not None:
         _assert_relaxed_is_the_derivative(method, backend)
+    elif spec.family_options.get("sparsemap"):
+        _assert_same_marginals_other_decomposition(method)
     elif prop in ("b", "c"):
         assert spec.objective == "ReweightedWakeSleep"
     return True
@@ -387,8 +410,21 @@ def _reference_objective(model, method, b):
     mask = b.tgt_mask
     if spec.posterior == "none":  # exact, hmm-exact (forward algorithm), soft, segment-crf
         return -model.exact_token_log_likelihood(b).sum()
+    if spec.family_options.get("sparsemap"):  # Σ over SparseMAP's support, slot by slot
+        return -_sparsemap_objective(model, method, b)
     log_prior, emis = model.prior_and_emissions(b)
     log_prior = log_prior.clamp(min=LOG_ZERO)
+    if spec.family_spec.sparse:  # q = sparsemax of the guide's scores (the prior's or q's)
+        from ppl_attention.structures import torch_ops
+        from ppl_attention.structures.entmax import sparsemax
+
+        H = model.encode(b.src, b.src_mask)
+        scores = model.inference_scores(b, H) if spec.posterior == "inference" else \
+            model.decode(H, b.src_mask, b.tgt_in)[1]
+        q = sparsemax(torch_ops, scores, b.src_mask[:, None].expand(scores.shape))
+        log_q = torch.where(q > 0, q.clamp_min(1e-300).log(), torch.zeros_like(q))
+        per = torch.where(q > 0, q * (emis + log_prior - log_q), torch.zeros_like(q)).sum(-1)
+        return -per.masked_fill(~mask, 0).sum()
     if spec.posterior == "prior":  # q = p: the ELBO is E_p[log p(y | z)]
         per = (log_prior.exp() * emis.masked_fill(~b.src_mask[:, None], 0)).sum(-1)
     else:
@@ -398,6 +434,28 @@ def _reference_objective(model, method, b):
         terms = log_q.exp() * (emis + log_prior - log_q)
         per = terms.masked_fill(~b.src_mask[:, None], 0).sum(-1)
     return -per.masked_fill(~mask, 0).sum()
+
+
+def _sparsemap_objective(model, method, b):
+    """Σ_k q_k [log p(y | z_k) + log p(z_k) − log q_k] over SparseMAP's slots, each slot
+    written out: the guide's q (its values and probabilities), the model run at every slot's
+    structure; per token for a selection, per sentence for a tree."""
+    m = get_method(method)
+    g = poutine.trace(model.guide).get_trace(b, posterior=m.posterior)
+    fn = g.nodes["align"]["fn"]
+    q = fn.base_dist if hasattr(fn, "base_dist") else fn
+    values, probs = q.values, q.probs  # [K, *batch, *event], [K, *batch]
+    mt = poutine.trace(poutine.condition(model.model, data={"align": values})).get_trace(b)
+    mt.compute_log_prob()
+    obs = mt.nodes["y"]["log_prob"]  # [K, B, T], 0 on padded targets
+    log_p = mt.nodes["align"]["fn"].log_prob(values)  # masked: 0 on padded targets
+    log_q = q.slot_log_probs()
+    if probs.dim() == 3 and probs.shape[-1] == 1:  # a tree per sentence: [K, B, 1]
+        obs = obs.sum(-1, keepdim=True)
+    else:
+        probs = probs * b.tgt_mask  # padded targets: no term
+    return (probs * (obs + log_p - torch.where(probs > 0, log_q, torch.zeros_like(log_q)))
+            ).sum()
 
 
 def _reference_grad(model, method, b):

@@ -219,14 +219,18 @@ def _support_fn(model, site, posterior):
         prog = functools.partial(model.guide, posterior=posterior)
         tr = handlers.trace(handlers.seed(handlers.substitute(prog, data=params), 0)
                             ).get_trace(b)
-        return _support_sizes(tr[site]["fn"])
+        fn = tr[site]["fn"]
+        sizes = _support_sizes(fn)
+        while not hasattr(fn, "converged") and hasattr(fn, "base_dist"):
+            fn = fn.base_dist
+        return sizes, getattr(fn, "converged", jnp.ones(sizes.shape, bool))
     return fn
 
 
-def mean_support(run, batches) -> float:
+def mean_support(run, batches) -> tuple[float, float | None]:
     """As :func:`ppl_attention.pyro.inference.evaluate.mean_support`, under NumPyro."""
     site = declared(run.model, "site")
-    total, count = 0.0, 0
+    total, count, stopped = 0.0, 0, None
     for batch in batches:
         jb = to_jax(batch, None, MULTIPLE)
         model, p = model_and_params(run, jb)
@@ -234,19 +238,22 @@ def mean_support(run, batches) -> float:
         if model.family.deterministic:
             w = _recorded(model, "model", None, "weights")(p, jb)
             sizes = np.asarray((w > 0).sum(-1))
+            converged = None
         else:
             posterior = _guide_posterior(run.method, run.model)
-            sizes = np.asarray(jitted(model, f"support-{posterior}",
-                                      functools.partial(_support_fn, model, site, posterior)
-                                      )(p, jb))
+            sizes, converged = (np.asarray(x) for x in jitted(
+                model, f"support-{posterior}",
+                functools.partial(_support_fn, model, site, posterior))(p, jb))
         sizes = sizes.reshape(sizes.shape[0], -1)[:B]
-        if sizes.shape[1] == 1:
-            total, count = total + float(sizes.sum()), count + B
-        else:
-            mask = np.asarray(batch.tgt_mask)
-            total += float(sizes[:, :T][mask].sum())
-            count += int(mask.sum())
-    return total / max(count, 1)
+        keep = np.ones(sizes.shape, bool) if sizes.shape[1] == 1 else np.asarray(batch.tgt_mask)
+        sizes = sizes[:, :keep.shape[1]]
+        total += float(sizes[keep].sum())
+        count += int(keep.sum())
+        if converged is not None and model.family.sparse and not \
+                model.family.enumerable:  # SparseMAP (a sparsemax q always converges)
+            missed = ~converged.reshape(converged.shape[0], -1)[:B, :keep.shape[1]][keep]
+            stopped = (stopped or 0) + int(missed.sum())
+    return total / max(count, 1), None if stopped is None else stopped / max(count, 1)
 
 
 def map_alignments(run, batch) -> np.ndarray:

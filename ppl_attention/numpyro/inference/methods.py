@@ -272,8 +272,11 @@ def _sum_terms(trace, names) -> jnp.ndarray:
 def enumerated_guide_loss(rng_key, params, model, guide, batch, site: str = "align"):
     """−Σ_{b,t} Σ_j q(z_t = j)[log p(y_t | z_t = j) + log p(z_t = j) − log q(z_t = j)]: the exact
     ELBO of a categorical guide site ``site``, summed over the batch (Pyro: TraceEnum_ELBO with
-    the guide site enumerated). The model is run once with z = every value of the site's
-    support, broadcast on a new leftmost dim, exactly as parallel enumeration does.
+    the guide site enumerated) — over q's support where it is sparse (a sparsemax q; SparseMAP's
+    slots, ``[K, B, T]``); for one structure per sentence (a tree, ``[K, B, 1]``)
+    −Σ_b Σ_k q_k [Σ_t log p(y_t | z_k) + log p(z_k) − log q_k]. The model is run once with
+    z = every value of the site's support, broadcast on a new leftmost dim, exactly as parallel
+    enumeration does.
 
     Other latents the guide draws (a global z: the sequence VAE's) are kept at the guide's draw
     (the model runs at it): their model log-densities are added and the guide's other sites
@@ -291,8 +294,14 @@ def enumerated_guide_loss(rng_key, params, model, guide, batch, site: str = "ali
     q = jnp.exp(log_q)
     if q_site.get("scale") is not None:
         log_q = log_q * q_site["scale"]
-    terms = q * (_token_terms(m, batch, skip=drawn) - log_q)
-    elbo = jnp.where(batch.tgt_mask, terms.sum(0), 0.0).sum()
+    B, T = batch.tgt_out.shape
+    if log_q.shape[-1] == 1 and T > 1:  # one structure per sentence (a tree): [K, B, 1]
+        site_terms = _site_terms(m, site) - log_q  # log p(z_k) − log q_k, once per sentence
+        tokens = jnp.where(batch.tgt_mask, _token_terms(m, batch, skip=(*drawn, site)), 0.0)
+        elbo = (q[..., 0] * (tokens.sum(-1) + site_terms[..., 0])).sum()
+    else:
+        terms = q * (_token_terms(m, batch, skip=drawn) - log_q)
+        elbo = jnp.where(batch.tgt_mask, terms.sum(0), 0.0).sum()
     if drawn:
         elbo = elbo + _sum_terms(m, drawn) - _sum_terms(g, [n for n in g if n != site])
     return -elbo

@@ -428,7 +428,7 @@ class Seq2SeqAlignment(AlignmentModel):
         p = self._param()
         H = self.encode(p, batch.src, batch.src_mask)
         if self.family.tree:
-            return self._tree_guide(p, batch, H, posterior, kl_scale, baseline)
+            return self._tree_guide(p, batch, H, posterior, kl_scale, baseline, enumerate_z)
         if posterior == "prior":
             scores = self.decode(p, H, batch.src_mask, batch.tgt_in)[1]
         elif posterior == "inference":
@@ -446,8 +446,9 @@ class Seq2SeqAlignment(AlignmentModel):
                    target_mask=batch.tgt_mask, scale=scale_arg,
                    infer={"enumerate": "parallel"} if enumerate_z else None)
 
-    def _tree_guide(self, p: Params, batch, H, posterior, kl_scale, baseline):
-        """q(tree | x, y) as on the torch side."""
+    def _tree_guide(self, p: Params, batch, H, posterior, kl_scale, baseline,
+                    enumerate_z=False):
+        """q(tree | x, y) as on the torch side (enumerated when ``enumerate_z``: a sparse q)."""
         if posterior == "prior":
             arcs = self.arc_score(sub(p, "arc_score"), H)
         elif posterior == "inference":
@@ -455,4 +456,5 @@ class Seq2SeqAlignment(AlignmentModel):
         else:
             raise UserError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
         with self._plates(batch)[0], self._scale(kl_scale):
-            attend(SITE, arcs[:, None], H, self.family, mask=batch.src_mask, guide=True)
+            attend(SITE, arcs[:, None], H, self.family, mask=batch.src_mask, guide=True,
+                   infer={"enumerate": "parallel"} if enumerate_z else None)

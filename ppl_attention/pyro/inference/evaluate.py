@@ -253,14 +253,23 @@ def support_sizes(fn):
     raise UserError(f"{type(fn).__name__} has no sparse support to count")
 
 
+def _unwrap(fn):
+    while not hasattr(fn, "support_size") and not hasattr(fn, "active") and \
+            hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    return fn
+
+
 @torch.no_grad()
-def mean_support(run: Run, batches: list) -> float:
+def mean_support(run: Run, batches: list) -> tuple[float, float | None]:
     """The mean size of a sparse family's support: for a deterministic one (sparsemax,
     α-entmax) the positions with weight above 0 per real target token; for a sparse q
-    (sparsemax q, SparseMAP) q's support per real token (per sentence for a tree)."""
+    (sparsemax q, SparseMAP) q's support per real token (per sentence for a tree). With it,
+    for SparseMAP, the share of those rows whose active-set search stopped before the optimum
+    (its slots full; None for the others)."""
     model = run.model
     site = declared(model, "site")
-    total, count = 0.0, 0
+    total, count, stopped = 0.0, 0, None
     for batch in batches:
         batch = batch.to(model_device(model))
         mask = batch.tgt_mask
@@ -271,14 +280,16 @@ def mean_support(run: Run, batches: list) -> float:
         else:
             with poutine.block():
                 tr = poutine.trace(model.guide).get_trace(batch, posterior=guide_posterior(run))
-            sizes = support_sizes(tr.nodes[site]["fn"]).to(torch.float64)
+            fn = _unwrap(tr.nodes[site]["fn"])
+            sizes = support_sizes(fn).to(torch.float64)
         sizes = sizes.reshape(batch.size, -1)
-        if sizes.shape[1] == 1:  # one structure per sentence
-            total, count = total + float(sizes.sum()), count + batch.size
-        else:
-            total += float(sizes[mask].sum())
-            count += int(mask.sum())
-    return total / max(count, 1)
+        keep = torch.ones_like(sizes, dtype=torch.bool) if sizes.shape[1] == 1 else mask
+        total += float(sizes[keep].sum())
+        count += int(keep.sum())
+        if not model.family.deterministic and hasattr(fn, "converged"):
+            missed = ~fn.converged.reshape(batch.size, -1)[keep]
+            stopped = (stopped or 0) + int(missed.sum())
+    return total / max(count, 1), None if stopped is None else stopped / max(count, 1)
 
 
 def alignment_links(run: Run, batches: list, map_fn=None) -> dict[int, set[tuple[int, int]]]:

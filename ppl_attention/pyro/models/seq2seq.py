@@ -467,7 +467,7 @@ class Seq2SeqAlignment(AlignmentModel):
         pyro.module("seq2seq", self)
         H = self.encode(batch.src, batch.src_mask)
         if self.family.tree:
-            return self._tree_guide(batch, H, posterior, kl_scale, baseline)
+            return self._tree_guide(batch, H, posterior, kl_scale, baseline, enumerate_z)
         if posterior == "prior":
             _, scores, _ = self.decode(H, batch.src_mask, batch.tgt_in)
         elif posterior == "inference":
@@ -489,17 +489,20 @@ class Seq2SeqAlignment(AlignmentModel):
             attend(SITE, scores, H, self.family, mask=batch.src_mask, keys=H, guide=True,
                    target_mask=batch.tgt_mask, scale=scale_arg, infer=infer or None)
 
-    def _tree_guide(self, batch, H, posterior, kl_scale, baseline):
+    def _tree_guide(self, batch, H, posterior, kl_scale, baseline, enumerate_z=False):
         """q(tree | x, y): the prior's arcs (``posterior="prior"``) or the inference network's
-        (:meth:`inference_tree_scores`), one tree per source."""
+        (:meth:`inference_tree_scores`), one tree per source; its support enumerated when
+        ``enumerate_z`` (a sparse q: ``tree-sparsemap``)."""
         if posterior == "prior":
             arcs = self.arc_score(H)
         elif posterior == "inference":
             arcs = self.inference_tree_scores(batch, H)
         else:
             raise UserError(f"posterior must be 'inference', 'prior' or 'none', got {posterior!r}")
-        infer = {"baseline": {"baseline_value": baseline}} if baseline is not None else None
+        infer = {"baseline": {"baseline_value": baseline}} if baseline is not None else {}
+        if enumerate_z:
+            infer["enumerate"] = "parallel"
         scale = poutine.scale(scale=kl_scale) if kl_scale != 1.0 else contextlib.nullcontext()
         with self._plates(batch)[0], scale:
             attend(SITE, arcs.unsqueeze(1), H, self.family, mask=batch.src_mask, guide=True,
-                   infer=infer)
+                   infer=infer or None)
