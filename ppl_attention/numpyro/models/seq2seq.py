@@ -75,9 +75,12 @@ class Seq2SeqAlignment(AlignmentModel):
         if dropout:
             raise UserError("--dropout: the NumPyro Seq2SeqAlignment trains without dropout; use "
                             "the pyro backend or --dropout 0")
-        if encoder_layers < 1:
-            raise UserError(f"encoder_layers must be at least 1, got {encoder_layers}")
+        if encoder_layers < 0:
+            raise UserError(f"encoder_layers must be at least 0, got {encoder_layers}")
         embed = embed or hidden
+        if encoder_layers == 0 and embed != hidden:
+            raise UserError(f"encoder_layers 0 (the attention reads the source embeddings) needs "
+                            f"embed equal to hidden, got {embed} and {hidden}")
         self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, hidden=hidden, embed=embed,
                            score=score, dropout=dropout, q_prior=q_prior,
                            encoder_layers=encoder_layers)
@@ -135,9 +138,12 @@ class Seq2SeqAlignment(AlignmentModel):
 
     # --- deterministic network ------------------------------------------------------------
     def encode(self, params: Params, src, src_mask):
-        """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding)."""
-        return bilstm(params, "encoder", _embed(params, "src_emb", src), src_mask,
-                      layers=self.config["encoder_layers"])
+        """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding): the BiLSTM's states, or with
+        ``encoder_layers=0`` the source embeddings themselves."""
+        emb = _embed(params, "src_emb", src)
+        if self.config["encoder_layers"] == 0:
+            return jnp.where(src_mask[..., None], emb, 0.0)
+        return bilstm(params, "encoder", emb, src_mask, layers=self.config["encoder_layers"])
 
     def decode(self, params: Params, H, src_mask, tgt_in):
         """Decoder states ``[B, T, h]``, prior scores ``[B, T, S]``, soft contexts ``[B, T, h]``;

@@ -63,7 +63,9 @@ class Seq2SeqAlignment(AlignmentModel):
                    "dropout": "dropout on embeddings and the output layer's input",
                    "q_prior": "add the prior's logits to the inference network's (var-attn's "
                               "plain q without it)",
-                   "encoder_layers": "stacked BiLSTM layers of the source encoder"}
+                   "encoder_layers": "stacked BiLSTM layers of the source encoder (0: the "
+                                     "attention reads the source embeddings, Kim et al. "
+                                     "2017's tree-transduction setting)"}
 
     def __init__(self, src_vocab: int, tgt_vocab: int, hidden: int = 64, embed: int | None = None,
                  score: str = "additive", family: Family | str | None = "categorical",
@@ -73,8 +75,11 @@ class Seq2SeqAlignment(AlignmentModel):
             raise UserError(f"hidden must be an even int ≥ 2 (a bidirectional encoder), "
                             f"got {hidden!r}")
         embed = embed or hidden
-        if not isinstance(encoder_layers, int) or encoder_layers < 1:
-            raise UserError(f"encoder_layers must be at least 1, got {encoder_layers!r}")
+        if not isinstance(encoder_layers, int) or encoder_layers < 0:
+            raise UserError(f"encoder_layers must be at least 0, got {encoder_layers!r}")
+        if encoder_layers == 0 and embed != hidden:
+            raise UserError(f"encoder_layers 0 (the attention reads the source embeddings) needs "
+                            f"embed equal to hidden, got {embed} and {hidden}")
         if score not in SCORES:
             raise UserError(f"unknown score {score!r}; valid: {', '.join(SCORES)}")
         if not 0.0 <= dropout < 1.0:
@@ -84,7 +89,8 @@ class Seq2SeqAlignment(AlignmentModel):
         self.src_emb = nn.Embedding(src_vocab, embed)
         self.tgt_emb = nn.Embedding(tgt_vocab, embed)
         self.encoder = nn.LSTM(embed, hidden // 2, num_layers=encoder_layers, batch_first=True,
-                               bidirectional=True, dropout=dropout if encoder_layers > 1 else 0.0)
+                               bidirectional=True, dropout=dropout if encoder_layers > 1 else 0.0
+                               ) if encoder_layers else None
         self.decoder = nn.LSTMCell(embed + hidden, hidden)
         self.score = make_score(score, hidden, hidden)
         self.W_ch = nn.Linear(hidden, hidden)
@@ -105,8 +111,13 @@ class Seq2SeqAlignment(AlignmentModel):
 
     # --- deterministic network ------------------------------------------------------------
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding)."""
-        return run_packed(self.encoder, self.dropout(self.src_emb(src)), src_mask)
+        """src ``[B, S]`` → H ``[B, S, h]`` (zero on padding): the BiLSTM's states, or with
+        ``encoder_layers=0`` the source embeddings themselves — Kim et al. (2017)'s tree
+        transduction, where what the attention reads carries no context of its own."""
+        emb = self.dropout(self.src_emb(src))
+        if self.encoder is None:
+            return emb.masked_fill(~src_mask.unsqueeze(-1), 0.0)
+        return run_packed(self.encoder, emb, src_mask)
 
     def decode(self, H: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor):
         """Decoder states h ``[B, T, h]``, prior scores e ``[B, T, S]``, soft contexts
