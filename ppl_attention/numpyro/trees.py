@@ -22,7 +22,7 @@ from ..core.numerics import LOG_ZERO
 from ..structures import jax_ops
 from ..structures.eisner import eisner_value
 from ..structures.sparsemap import DEFAULT_MAX_ACTIVE
-from ..structures.training import Trainable
+from ..structures.trainable import Trainable
 from .sparse import SparseMAP, kl_sparsemap
 
 __all__ = ["DependencyTree", "heads_to_arcs", "arcs_to_heads", "tree_log_likelihood",
@@ -211,7 +211,7 @@ class DependencyTree(Trainable, Distribution):
     def mode(self):
         return self.argmax()
 
-    # --- ways to train through it (structures/training.py), on the arc indicators -----------
+    # --- ways to train through it (structures/trainable.py), on the arc indicators -----------
     ops = jax_ops
     event_dims = 2
 

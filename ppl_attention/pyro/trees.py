@@ -56,7 +56,7 @@ from ..core.numerics import LOG_ZERO
 from ..structures import torch_ops
 from ..structures.eisner import eisner_value
 from ..structures.sparsemap import DEFAULT_MAX_ACTIVE
-from ..structures.training import Trainable
+from ..structures.trainable import Trainable
 from .distributions import categorical_draws
 from .sparse import SparseMAP
 
@@ -128,7 +128,7 @@ class DependencyTree(Trainable, TorchDistribution):
     """Trees of the module docstring. ``scores [..., N, N]`` (float), ``lengths [...]`` (int,
     1 ≤ L ≤ N; default N); ``projective``, ``single_root``. A sample is ``heads [..., N]``.
 
-    The relaxations and SparseMAP (:mod:`ppl_attention.structures.training`) run on the arc
+    The relaxations and SparseMAP (:mod:`ppl_attention.structures.trainable`) run on the arc
     indicators ``[..., N, N]``: ``relaxed_sample`` returns relaxed arcs, ``sparsemap()`` a
     sparse distribution over trees (heads).
 
@@ -289,7 +289,7 @@ class DependencyTree(Trainable, TorchDistribution):
                                                    ).masked_fill(~self._real.unsqueeze(-2),
                                                                  0.0).sum((-1, -2))
 
-    # --- ways to train through it (structures/training.py), on the arc indicators -----------
+    # --- ways to train through it (structures/trainable.py), on the arc indicators -----------
     ops = torch_ops
     event_dims = 2
 

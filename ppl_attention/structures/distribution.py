@@ -80,7 +80,7 @@ class StructuredDistribution:
                                            - len(self.structure.event_shape)])
         return type(self)(log_potentials, self.ops.expand(self.lengths, batch))
 
-    # --- ways to train through it (structures/training.py) ---------------------------------
+    # --- ways to train through it (structures/trainable.py) ---------------------------------
 
     @property
     def trainable(self):

@@ -29,7 +29,7 @@ import numpy as np
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
 from .semirings import LOG, MAX, SAMPLE, kmax
-from .training import Trainable
+from .trainable import Trainable
 
 
 class Structure(Trainable):

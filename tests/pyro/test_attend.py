@@ -261,8 +261,8 @@ def test_non_finite_scores(bad):
 
 
 def test_unknown_family_in_attend():
-    with pytest.raises(ValueError, match="unknown family 'sparsemax'"):
-        _call(family="sparsemax")
+    with pytest.raises(ValueError, match="unknown family 'sparsemaxx'"):
+        _call(family="sparsemaxx")
 
 
 def test_temperature_not_positive():

@@ -90,6 +90,7 @@ class ScoreFunctionKL_ELBO(Trace_ELBO):
         relaxed = {n for n, s in guide_trace.nodes.items()
                    if s["type"] == "sample" and (s.get("infer") or {}).get("relaxed")}
         model_trace.compute_log_prob(site_filter=lambda name, site: name not in relaxed)
+        guide_trace.compute_log_prob(site_filter=lambda name, site: name not in relaxed)
         if is_validation_enabled():
             for name, site in model_trace.nodes.items():
                 if site["type"] == "sample" and name not in relaxed:
