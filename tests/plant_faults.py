@@ -8,7 +8,9 @@ f4), of NULL's fixed weight (z1), of small length groups merged (z2) and sharing
 of the fertility sweep's Rao–Blackwellized conditionals (z3), of one compiled sweep for every
 sweep count (z5), of chains side by side (z6), of prefix sums by a matmul (z7), of counts
 scattered into a sweep's running totals (z8), of the corpus index and its best links (z9,
-z10, z12) and of the chains' total variation kept in [0, 1] (z11), run the tests that should
+z10, z12), of the chains' total variation kept in [0, 1] (z11), and of the ways to train a structure
+(sparse attention e1, SparseMAP sm1, the sparse q's support sm2, perturbed marginals p1, the
+estimators' baseline and bias x1, x2), run the tests that should
 catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
@@ -384,6 +386,28 @@ FAULTS = [
   "                order = np.lexsort((src, tgt, r))",
   "                order = np.arange(r.size)",
   "tests/data/test_corpus_index.py"),
+  # the ways to train a structure (tests/structures/, tests/parity/test_sparse_methods.py)
+ ("e1", "ppl_attention/structures/entmax.py",
+  "    tau = tau - g / g_tau\n", "\n",
+  "tests/structures/test_entmax.py::test_jacobians_pass_gradcheck"),
+ ("sm1", "ppl_attention/structures/sparsemap.py",
+  "    c = ops.einsum(\"nkd,nd->nk\", events, flat)\n    p = _kkt_solve(ops, gram, c, working)\n",
+  "    c = ops.einsum(\"nkd,nd->nk\", events, flat)\n    p = ops.stop_gradient(p)\n",
+  "tests/structures/test_sparsemap.py::test_backward_is_the_derivative"),
+ ("sm2", "ppl_attention/pyro/sparse.py",
+  "        top = self.probs.topk(k, -1).indices", "        top = self.probs.topk(k - 1, -1).indices",
+  "tests/parity/test_sparse_methods.py::test_sparse_marginal_is_exact"),
+ ("p1", "ppl_attention/structures/perturbation.py",
+  "        return structure.marginals_at((theta + eps) / temperature)",
+  "        return structure.marginals_at((theta + eps) * temperature)",
+  "tests/structures/test_perturbation.py::test_perturbed_marginals_equal_brute_force"),
+ ("x1", "ppl_attention/structures/estimators.py",
+  "        baseline = (fz.sum(0) - fz) / (n - 1)", "        baseline = fz.sum(0) / n",
+  "tests/structures/test_estimators.py::test_score_function_is_unbiased"),
+ ("x2", "ppl_attention/structures/perturbation.py",
+  "        return structure.marginals_at((theta + eps) / temperature)",
+  "        return structure.marginals_at((theta + eps) * temperature)",
+  "tests/structures/test_estimators.py::test_relaxed_categorical_bias_shrinks_as_the_temperature_falls"),
 ]
 only = sys.argv[1:]
 for prop, path, old, new, sel in FAULTS:
