@@ -13,6 +13,7 @@ from .crfs import CTC, LinearChainCRF, SemiMarkovCRF, TreeCRF
 from .families import (
     Categorical,
     Dirichlet,
+    Entmax,
     Family,
     GaussianContext,
     LogNormal,
@@ -22,11 +23,14 @@ from .families import (
     Soft,
     SpanMarginals,
     Spans,
+    SparseCategorical,
+    Sparsemax,
     Tree,
     TreeMarginals,
     Weibull,
     make_family,
 )
+from .sparse import SparseMAP, SparsemaxCategorical
 from .trees import DependencyTree
 
 
@@ -43,7 +47,8 @@ def __getattr__(name):
 __all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl", "scores",
            "Family", "Soft", "Categorical", "RelaxedCategorical", "Dirichlet", "Weibull",
            "LogNormal", "GaussianContext", "Segments", "SegmentMarginals", "Spans", "SpanMarginals",
-           "Tree", "TreeMarginals",
+           "Tree", "TreeMarginals", "Sparsemax", "Entmax", "SparseCategorical",
+           "SparsemaxCategorical", "SparseMAP",
            "DependencyTree",
            "LinearChainCRF", "SemiMarkovCRF", "CTC", "TreeCRF",
            "make_family"]
