@@ -13,10 +13,11 @@ that imported the same libraries); time is the median of ``--reps`` steps after 
 Ratios are ours over the peer's, in the same run.
 
 (2) ``--part transduction``: ``ppl-attention compare --task trees --depth D`` for D in
-``--depths``, methods ``soft`` and ``tree-marginals`` (and ``tree-sample`` with
-``--with-sample``), ``--seeds`` seeds, the stated training budget; one table of the
-percentage of target tokens greedy decoding gets right before its first error, exact-match
-accuracy and the UAS of the learned trees (mean ± sd over seeds).
+``--depths``, the ``--methods`` (``soft`` and ``tree-marginals`` by default; ``tree-sample``
+added by ``--with-sample``) with ``--encoder-layers`` where given (0: the attention reads the
+source embeddings, Kim et al. 2017's setting), ``--seeds`` seeds, the stated training
+budget; one table of the percentage of target tokens greedy decoding gets right before its
+first error, exact-match accuracy and the UAS of the learned trees (mean ± sd over seeds).
 
     python benchmarks/trees.py --part speed --reps 5
     python benchmarks/trees.py --part transduction --depths 2,4,6 --seeds 3 --out runs/trees
@@ -231,7 +232,8 @@ def speed(args) -> int:
 
 def transduction(args) -> int:
     out = Path(args.out)
-    methods = "soft,tree-marginals" + (",tree-sample" if args.with_sample else "")
+    methods = args.methods + (",tree-sample" if args.with_sample and "tree-sample" not in
+                              args.methods.split(",") else "")
     table = {}
     for depth in args.depths:
         cmd = ["ppl-attention", "compare", "--task", "trees", "--depth", str(depth),
@@ -239,6 +241,8 @@ def transduction(args) -> int:
                "--n-train", str(args.n_train), "--hidden", str(args.hidden),
                "--batch-size", str(args.batch_size), "--jobs", str(args.jobs),
                "--out", str(out / f"depth{depth}")]
+        if args.encoder_layers is not None:  # 0: the attention reads the embeddings (Kim et al.)
+            cmd += ["--encoder-layers", str(args.encoder_layers)]
         print(" ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # its table: results.md
         csv = (out / f"depth{depth}" / "results.csv").read_text().splitlines()
@@ -259,8 +263,11 @@ def transduction(args) -> int:
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
         return f"{100 * m:.1f} ± {100 * sd:.1f}"
 
-    print(f"\nTree transduction (prefix → infix), {args.seeds} seeds, {args.n_train} training "
-          f"pairs, {args.steps} steps of batch {args.batch_size}, hidden {args.hidden}; % of "
+    setting = ("" if args.encoder_layers is None else
+               f", encoder layers {args.encoder_layers}")
+    print(f"\nTree transduction (prefix → infix){setting}, {args.seeds} seeds, "
+          f"{args.n_train} training pairs, {args.steps} steps of batch {args.batch_size}, "
+          f"hidden {args.hidden}; % of "
           f"target tokens correct before the first error (greedy decoding), exact-match %, "
           f"UAS % of the MAP trees\n")
     depths = args.depths
@@ -293,6 +300,11 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--with-sample", action="store_true")
+    p.add_argument("--methods", default="soft,tree-marginals",
+                   help="comma-separated methods of the transduction table")
+    p.add_argument("--encoder-layers", type=int, default=None,
+                   help="the model's BiLSTM layers (0: the attention reads the source "
+                        "embeddings, the paper's setting; default: the model's own)")
     p.add_argument("--out", default="runs/trees")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--impl", help=argparse.SUPPRESS)
