@@ -1,5 +1,6 @@
 """The verification matrix: every method of the registry × every property × both backends is
-either checked by a test of ``tests/parity/test_matrix.py`` or declared not applicable, with the
+either checked by a test of ``tests/parity/test_matrix.py`` (run on the segment and span
+families' methods by ``test_matrix_selections.py``) or declared not applicable, with the
 reason (and that reason is itself checked). ``python tests/matrix.py`` runs those tests — both
 tiers: property c's fast form is in the default tier, its full-power form in the statistical
 one — and writes ``docs/verification.md``: method × property × backend, pass (every test of the
@@ -186,13 +187,15 @@ def every_cell_passed() -> dict:
 def main() -> int:
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:warnings", "-m",
                           "", "--durations=30", "--dist", "load",  # one module: spread its tests
-                          str(ROOT / "tests" / "parity" / "test_matrix.py")],
+                          str(ROOT / "tests" / "parity" / "test_matrix.py"),
+                          str(ROOT / "tests" / "parity" / "test_matrix_selections.py")],
                          capture_output=True, text=True, cwd=ROOT)
     (ROOT / "runs").mkdir(exist_ok=True)
     (ROOT / "runs" / "matrix.log").write_text(res.stdout + res.stderr)
     outcomes = {}
     for line in res.stdout.splitlines():
-        m = re.search(r"test_matrix\.py::test_(\w)_\w+\[([\w-]+?)-(pyro|numpyro)\]", line)
+        m = re.search(r"test_matrix(?:_selections)?\.py::test_(\w)_\w+"
+                      r"\[([\w-]+?)-(pyro|numpyro)\]", line)
         if m and line.split()[0] in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
             key = (m.group(2), m.group(1), m.group(3))  # a cell's tests: PASSED only if all did
             if outcomes.get(key, "PASSED") == "PASSED":

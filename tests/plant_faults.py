@@ -395,7 +395,8 @@ FAULTS = [
   "    c = ops.einsum(\"nkd,nd->nk\", events, flat)\n    p = ops.stop_gradient(p)\n",
   "tests/structures/test_sparsemap.py::test_backward_is_the_derivative"),
  ("sm2", "ppl_attention/pyro/sparse.py",
-  "        top = self.probs.topk(k, -1).indices", "        top = self.probs.topk(k - 1, -1).indices",
+  "        top = self.probs.topk(k, -1).indices",
+  "        top = self.probs.topk(k - 1, -1).indices",
   "tests/parity/test_sparse_methods.py::test_sparse_marginal_is_exact"),
  ("p1", "ppl_attention/structures/perturbation.py",
   "        return structure.marginals_at((theta + eps) / temperature)",
@@ -418,7 +419,9 @@ for prop, path, old, new, sel in FAULTS:
     assert text.count(old) == 1, (prop, old)
     open(full, "w").write(text.replace(old, new))
     try:
-        target = [sel] if sel.startswith("tests/") else ["tests/parity/test_matrix.py", "-k", sel]
+        target = [sel] if sel.startswith("tests/") else ["tests/parity/test_matrix.py",
+                                                       "tests/parity/test_matrix_selections.py",
+                                                       "-k", sel]
         # -m "": the selected tests in whichever tier they are; pytest's exit status 1 (tests
         # failed) is a catch, any other (5: nothing selected, 2-4: errors) is not
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:warnings",

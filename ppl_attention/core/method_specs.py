@@ -110,7 +110,8 @@ METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
     # the alignment methods' own (MethodSpec.options)
     MethodOption("temperature", float, "the relaxation's temperature τ: perturbed marginals at "
                  "(θ + ε)/τ", 0, exclusive=True),
-    MethodOption("noise", str, "the perturbation ε of the potentials", choices=("gumbel", "none")),
+    MethodOption("noise_distribution", str, "the law of the perturbation ε of the potentials "
+                 "(none: the relaxation without noise)", choices=("gumbel", "none")),
     MethodOption("noise_scale", float, "the scale of the perturbation ε", 0, exclusive=True),
     MethodOption("imle_lambda", float, "implicit MLE's λ: the target distribution θ − λ·∂loss/∂z",
                  0, exclusive=True),
@@ -121,8 +122,8 @@ METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
 ]}
 
 #: the method options of the alignment methods (the rest are the global methods')
-ALIGNMENT_OPTIONS = ("temperature", "noise", "noise_scale", "imle_lambda", "max_active", "alpha",
-                     "learn_alpha")
+ALIGNMENT_OPTIONS = ("temperature", "noise_distribution", "noise_scale", "imle_lambda",
+                     "max_active", "alpha", "learn_alpha")
 
 @dataclass(frozen=True)
 class MethodSpec:
@@ -206,9 +207,12 @@ class MethodSpec:
 
     def relaxation_kwargs(self, options: dict | None = None) -> dict:
         """The relaxation's settings (``temperature``, ``noise``, ``noise_scale``, ``lam``):
-        :func:`ppl_attention.structures.perturbation.relaxed_sample`'s keywords."""
+        :func:`ppl_attention.structures.perturbation.relaxed_sample`'s keywords, from the
+        method options (``noise_distribution`` → ``noise``, ``imle_lambda`` → ``lam``)."""
         resolved = self.resolve_options(options)
-        out = {k: resolved[k] for k in ("temperature", "noise", "noise_scale") if k in resolved}
+        out = {k: resolved[k] for k in ("temperature", "noise_scale") if k in resolved}
+        if "noise_distribution" in resolved:
+            out["noise"] = resolved["noise_distribution"]
         if "imle_lambda" in resolved:
             out["lam"] = resolved["imle_lambda"]
         return out
@@ -241,7 +245,7 @@ class MethodSpec:
         return need
 
 
-_PERTURBATION = {"noise": "gumbel", "noise_scale": 1.0}
+_PERTURBATION = {"noise_distribution": "gumbel", "noise_scale": 1.0}
 _RELAXED = {"temperature": 1.0, **_PERTURBATION}
 _IMLE = {"imle_lambda": 10.0, **_PERTURBATION}
 

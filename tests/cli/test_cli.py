@@ -141,3 +141,14 @@ def test_train_checkpoint_every_writes_partial_checkpoints(data_dir, tmp_path, m
                  "--checkpoint-every", "2", *SMALL]) == 0
     assert (2, False) in saved and (4, False) in saved
     assert (out / "COMPLETE").exists() and not (out / "PARTIAL").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "compare", "sweep"])
+def test_every_model_builds_its_options(command):
+    """Each model's data, model and method options share one parser without a clash (a data
+    option ``--noise`` once met the relaxations' flag of that name)."""
+    from ppl_attention.cli import build_parser
+    from ppl_attention.common.registry import MODELS
+
+    for name in MODELS:
+        build_parser([command, "--model", name])

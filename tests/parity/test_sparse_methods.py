@@ -123,7 +123,7 @@ def test_options_refused_before_any_work(tmp_path, capsys):
               "--temperature does not apply to --method tree-imle"),
              (["--method", "soft", "--task", "reorder", "--max-active", "3"],
               "--max-active does not apply to --method soft"),
-             (["--method", "tree-perturbed", "--task", "trees", "--noise", "normal"],
+             (["--method", "tree-perturbed", "--task", "trees", "--noise-distribution", "normal"],
               "invalid choice")]
     for args, what in cases:
         out = tmp_path / "run"
