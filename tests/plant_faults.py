@@ -9,7 +9,7 @@ of the fertility sweep's Rao–Blackwellized conditionals (z3), of one compiled 
 sweep count (z5), of chains side by side (z6), of prefix sums by a matmul (z7), of counts
 scattered into a sweep's running totals (z8), of the corpus index and its best links (z9,
 z10, z12), of the chains' total variation kept in [0, 1] (z11), and of the ways to train a structure
-(sparse attention e1, SparseMAP sm1, the sparse q's support sm2, perturbed marginals p1, the
+(sparse attention e1, SparseMAP sm1, the sparse q's support sm2, perturbed marginals pm1, the
 estimators' baseline and bias x1, x2), run the tests that should
 catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
@@ -398,7 +398,7 @@ FAULTS = [
   "        top = self.probs.topk(k, -1).indices",
   "        top = self.probs.topk(k - 1, -1).indices",
   "tests/parity/test_sparse_methods.py::test_sparse_marginal_is_exact"),
- ("p1", "ppl_attention/structures/perturbation.py",
+ ("pm1", "ppl_attention/structures/perturbation.py",
   "        return structure.marginals_at((theta + eps) / temperature)",
   "        return structure.marginals_at((theta + eps) * temperature)",
   "tests/structures/test_perturbation.py::test_perturbed_marginals_equal_brute_force"),
