@@ -79,6 +79,15 @@ def sampled(spec) -> bool:
     return spec.posterior != "none"
 
 
+#: cells that fail, open defects: their tests are strict xfails (a fix is noticed) and the
+#: document shows them as failing, with the reason
+KNOWN_FAILURES = {
+    ("spans-sparsemap", "f", "numpyro"): "known failure, open: NumPyro's training of "
+    "spans-sparsemap diverges at step 6 of the resume cell (gradient norm NaN), so the resumed "
+    "and the uninterrupted runs are not compared",
+}
+
+
 def not_applicable(method: str, prop: str, backend: str) -> str | None:
     """Why a cell does not apply (None: it does). Read off the method's spec, never its name."""
     spec = METHOD_SPECS[method]
@@ -142,6 +151,9 @@ def _table(methods, properties, outcomes, reason_of, notes, missing) -> list[str
                 if outcome is None:
                     missing.append((method, p, b))
                     parts.append(f"{b}: MISSING")
+                elif outcome == "XFAIL" and (method, p, b) in KNOWN_FAILURES:
+                    key = notes.setdefault(KNOWN_FAILURES[method, p, b], len(notes) + 1)
+                    parts.append(f"{b}: **FAIL**⁽{key}⁾")
                 elif outcome != "PASSED":
                     parts.append(f"{b}: FAIL")
                 elif reason:
@@ -172,7 +184,7 @@ def render(outcomes: dict) -> tuple[list[str], list]:
               "compare):", ""]
     lines += _table(GLOBAL_METHODS, GLOBAL_PROPERTIES, outcomes, global_not_applicable, notes,
                     missing)
-    lines += ["", "Not applicable, because:", ""]
+    lines += ["", "Not applicable (or, where marked **FAIL**, a known failure), because:", ""]
     lines += [f"{k}. {reason}" for reason, k in notes.items()]
     return lines, missing
 
@@ -181,7 +193,7 @@ def every_cell_passed() -> dict:
     """The outcomes of a run in which every cell passed: what the committed document shows."""
     cells = [(m, p, b) for m in METHOD_SPECS for p in PROPERTIES for b in BACKENDS]
     cells += [(m, p, b) for m in GLOBAL_METHODS for p in GLOBAL_PROPERTIES for b in BACKENDS]
-    return {cell: "PASSED" for cell in cells}
+    return {cell: "XFAIL" if cell in KNOWN_FAILURES else "PASSED" for cell in cells}
 
 
 def main() -> int:

@@ -29,7 +29,14 @@ import numpy as np
 import pyro
 import pytest
 import torch
-from matrix import AGREEMENT, BACKENDS, global_not_applicable, not_applicable, sampled
+from matrix import (
+    AGREEMENT,
+    BACKENDS,
+    KNOWN_FAILURES,
+    global_not_applicable,
+    not_applicable,
+    sampled,
+)
 from pyro import poutine
 
 from ppl_attention.core.errors import UserError
@@ -902,7 +909,10 @@ F_CELLS = [pytest.param(m, b, marks=pytest.mark.integration)
 
 
 @pytest.mark.parametrize("method,backend", F_CELLS, ids=IDS)
-def test_f_resume(method, backend, tmp_path):
+def test_f_resume(method, backend, tmp_path, request):
+    if (method, "f", backend) in KNOWN_FAILURES:
+        request.applymarker(pytest.mark.xfail(strict=True,
+                                              reason=KNOWN_FAILURES[method, "f", backend]))
     if _check_na(method, "f", backend):
         return
     straight = _fit(method, 6, backend=backend)
