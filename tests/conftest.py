@@ -106,45 +106,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"them were not collected ({', '.join(sorted(NOT_COLLECTED))})")
 
 
-def _xla_without_llvm_optimization():
-    """The test process's XLA compiles without LLVM's optimizations: the tests' programs are
-    tiny and compiled once, so compiling dominates (a NumPyro cell of test_matrix: 15 s → 7 s).
-    XLA reads XLA_FLAGS once, at its first compilation; the variable is restored after it, so
-    the commands the tests start (the examples against their documented figures) keep the
-    default."""
-    try:
-        import jax
-    except ImportError:  # without the numpyro extra
-        return
-    from ppl_attention.core import xla_flags  # noqa: F401  (the package's own flags first)
-
-    before = os.environ.get("XLA_FLAGS")
-    os.environ["XLA_FLAGS"] = f"{before or ''} --xla_backend_optimization_level=0".strip()
-    try:
-        jax.jit(lambda x: x + 1)(0)
-    finally:
-        if before is None:
-            del os.environ["XLA_FLAGS"]
-        else:
-            os.environ["XLA_FLAGS"] = before
-
-
-_xla_without_llvm_optimization()
-
-
 @pytest.fixture(scope="session", autouse=True)
-def _jax_compilation_cache(tmp_path_factory):
+def _jax_compilation_cache(pytestconfig):
     """JAX's persistent compilation cache (``ppl_attention.numpyro.inference.cache``) on from the
-    session's start, in a temporary directory, not the user's: a program one test compiled (a
-    NumPyro training step, a loss on the same batch) is loaded by the next, in this process and
-    in the commands the tests start."""
+    session's start, in ``.pytest_cache/jax`` under the repository (git ignores it), not the
+    user's: a program one test compiled (a NumPyro training step, a loss on the same batch) is
+    loaded by the next — in this process, in the other pytest-xdist workers, in the commands
+    the tests start and in the next tier (the second tier after the default one). Entries are
+    keyed by the program, the flags and the library versions: a change of code compiles anew.
+    Results are the same warm or cold; only compile time differs (`.ci/run` starts cold)."""
     try:
         from ppl_attention.numpyro.inference import cache
     except ImportError:  # without the numpyro extra
         yield
         return
     env = pytest.MonkeyPatch()
-    env.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "jax"))
+    env.setenv(cache.CACHE_ENV, str(pytestconfig.rootpath / ".pytest_cache" / "jax"))
     cache.enable_compilation_cache.cache_clear()
     cache.enable_compilation_cache()
     yield

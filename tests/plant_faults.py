@@ -9,8 +9,8 @@ of the fertility sweep's Rao–Blackwellized conditionals (z3), of one compiled 
 sweep count (z5), of chains side by side (z6), of prefix sums by a matmul (z7), of counts
 scattered into a sweep's running totals (z8), of the corpus index and its best links (z9,
 z10, z12), of the chains' total variation kept in [0, 1] (z11), and of the ways to train a structure
-(sparse attention e1, SparseMAP sm1, the sparse q's support sm2, perturbed marginals pm1, the
-estimators' baseline and bias x1, x2), run the tests that should
+(sparse attention e1, the support's edge sm3, SparseMAP sm1, the sparse q's support sm2,
+perturbed marginals pm1, the estimators' baseline and bias x1, x2), run the tests that should
 catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
@@ -394,6 +394,11 @@ FAULTS = [
   "    c = ops.einsum(\"nkd,nd->nk\", events, flat)\n    p = _kkt_solve(ops, gram, c, working)\n",
   "    c = ops.einsum(\"nkd,nd->nk\", events, flat)\n    p = ops.stop_gradient(p)\n",
   "tests/structures/test_sparsemap.py::test_backward_is_the_derivative"),
+ ("sm3", "ppl_attention/structures/entmax.py",
+  "    return _finish(ops, ops.where(d > edge, d, ops.full_like(d, 0.0)), mask)",
+  "    return _finish(ops, ops.maximum(d, 0.0), mask)",
+  "tests/structures/test_entmax.py::"
+  "test_a_score_on_the_support_edge_gets_one_jacobian_on_both_backends"),
  ("sm2", "ppl_attention/pyro/sparse.py",
   "        top = self.probs.topk(k, -1).indices",
   "        top = self.probs.topk(k - 1, -1).indices",

@@ -65,12 +65,28 @@ def _finish(ops, p, mask):
     return ops.where(mask, p, ops.full_like(p, 0.0))
 
 
+def _rounding(ops, z_sorted, rank):
+    """How far τ_k may lie from its exact value by rounding ``[..., S]``: k ulps of the largest
+    |z| (τ_k sums k scores). A score within it of τ_k is at the support's edge, where the map
+    is not differentiable (p = 0 there either way, the Jacobian differs by side)."""
+    zs = ops.stop_gradient(z_sorted)  # sorted: the largest |z| is at one end
+    big = ops.maximum(ops.maximum(zs[..., :1], -zs[..., -1:]), 1.0)
+    return 4.0 * ops.eps(z_sorted) * rank * big
+
+
 def _support_threshold(ops, tau, z_sorted, rank, n_real):
-    """τ of the support: the largest prefix k with τ_k ≤ z_(k) (within the real positions)."""
-    ok = (tau <= z_sorted) & (rank <= n_real)
+    """τ and the support's edge: the largest prefix k with z_(k) above τ_k by more than rounding
+    (within the real positions); ``(τ [..., 1], edge [..., 1])``, position j in the support iff
+    z_j − τ > edge. A score on the edge is left out on either backend and in either precision
+    — its p is 0 both ways and τ the same (τ_{k−1} = τ_k when z_(k) = τ_k) —, so both give the
+    same one-sided Jacobian there (a tie on the edge, as −λ·|t − i| on a grid makes, would
+    otherwise take a side by rounding)."""
+    edge = _rounding(ops, z_sorted, rank)
+    ok = (tau + edge < z_sorted) & (rank <= n_real)
     k = ops.cast_like(ok, z_sorted).sum(-1)[..., None]
     k = ops.maximum(k, 1.0)
-    return ops.take_along_last(tau, ops.to_index(k) - 1)
+    index = ops.to_index(k) - 1
+    return ops.take_along_last(tau, index), ops.take_along_last(edge, index)
 
 
 def sparsemax(ops, z, mask=None):
@@ -79,8 +95,9 @@ def sparsemax(ops, z, mask=None):
     zs = ops.sort_desc(z)
     cs = ops.cumsum(zs, -1)
     tau = (cs - 1.0) / rank  # τ_k = (Σ_{j≤k} z_(j) − 1) / k
-    tau = _support_threshold(ops, tau, zs, rank, n_real)
-    return _finish(ops, ops.maximum(z - tau, 0.0), mask)
+    tau, edge = _support_threshold(ops, tau, zs, rank, n_real)
+    d = z - tau
+    return _finish(ops, ops.where(d > edge, d, ops.full_like(d, 0.0)), mask)
 
 
 def _sqrt_pos(ops, x):
@@ -98,8 +115,9 @@ def entmax15(ops, z, mask=None):
     mean_sq = ops.cumsum(zs * zs, -1) / rank
     delta = (1.0 - rank * (mean_sq - mean * mean)) / rank  # τ_k = mean_k − √δ_k solves
     tau = mean - _sqrt_pos(ops, delta)  # Σ_{j≤k} (z_(j) − τ)² = 1
-    tau = _support_threshold(ops, tau, zs, rank, n_real)
-    p = ops.maximum(z - tau, 0.0)
+    tau, edge = _support_threshold(ops, tau, zs, rank, n_real)
+    d = z - tau
+    p = ops.where(d > edge, d, ops.full_like(d, 0.0))
     return _finish(ops, p * p, mask)
 
 

@@ -40,6 +40,7 @@ SCRIPT = textwrap.dedent('''
         out[method] = {"loss": [float(v1), float(v2)],
                        "grad": max(float(np.abs(np.asarray(g1[k]) - np.asarray(g2[k])).max())
                                    for k in g1),
+                       "grad_scale": max(float(np.abs(np.asarray(g1[k])).max()) for k in g1),
                        "sharded": len(jax.device_put(jb, data).src.sharding.device_set)}
         runs = []
         for devices in (1, 2):
@@ -75,8 +76,13 @@ def test_two_host_devices_equal_one_device():
         r = out[method]
         assert r["sharded"] == 2
         assert r["loss"][0] == pytest.approx(r["loss"][1], rel=1e-5)
-        assert r["grad"] < 1e-5
-        assert r["params"] < 1e-5  # five Adam steps, sharded vs not
+        # float32 sums over the batch in another order: equal to rounding, relative to the
+        # gradient's scale (an absolute 1e-5 failed once at 4.4e-5 on another machine)
+        assert r["grad"] <= 1e-5 * max(1.0, r["grad_scale"]), r
+        # five Adam steps, sharded vs not: Adam divides by √v, so a rounding difference in a
+        # near-zero gradient moves a parameter by up to lr·(its relative size); a missing shard
+        # or a doubled one moves it by the order of the learning rate (1e-2 by default)
+        assert r["params"] < 1e-4, r
     assert "does not split over --devices 2" in out["odd"]
     assert "only 2 JAX device(s) present" in out["many"]
 

@@ -911,7 +911,8 @@ F_CELLS = [pytest.param(m, b, marks=pytest.mark.integration)
 @pytest.mark.parametrize("method,backend", F_CELLS, ids=IDS)
 def test_f_resume(method, backend, tmp_path, request):
     if (method, "f", backend) in KNOWN_FAILURES:
-        request.applymarker(pytest.mark.xfail(strict=True,
+        # not strict: the failure is machine-dependent (its reason says why)
+        request.applymarker(pytest.mark.xfail(strict=False,
                                               reason=KNOWN_FAILURES[method, "f", backend]))
     if _check_na(method, "f", backend):
         return

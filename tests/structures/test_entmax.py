@@ -153,3 +153,32 @@ def test_alpha_at_most_one_is_refused():
     for bad in (1.0, 0.5, float("nan"), True):
         with pytest.raises(UserError, match="alpha"):
             entmax(torch_ops, torch.tensor(z), torch.tensor(mask), bad)
+
+
+def test_a_score_on_the_support_edge_gets_one_jacobian_on_both_backends():
+    """Scores −λ·|t − i| on a grid of relative positions (the tutorial model's diagonal prior,
+    λ = exp(log 4)) put a score exactly on the threshold (sparsemax: τ_1 = z_1 − 1 = z_2), where
+    the map is not differentiable: Pyro in float64 and NumPyro in float32 must take the same
+    side (the score left out), so that a twin's gradients agree. Planted fault (sm3):
+    sparsemax's p = max(z − τ, 0) instead of z − τ above the edge — a tie gives half a
+    derivative (torch's and JAX's max split it), and the backends' Jacobians differ.
+    (1.5-entmax is differentiable there: p = [z/2 − τ]²₊ has derivative 0 on the edge from
+    either side.)"""
+    fn = sparsemax
+    pos = (np.arange(4) + 0.5) / 4
+    grid = np.abs(pos[:, None] - pos[None, :])
+    w = np.random.default_rng(0).standard_normal((4, 4))
+
+    def torch_jacobian_product():
+        lam = torch.tensor(4.0, dtype=torch.float64).log().exp()
+        z = (-lam * torch.tensor(grid)).requires_grad_(True)
+        (fn(torch_ops, z) * torch.tensor(w)).sum().backward()
+        return z.grad.numpy()
+
+    def jax_jacobian_product():
+        lam = jnp.exp(jnp.log(jnp.float32(4.0)))
+        z = -lam * jnp.asarray(grid, jnp.float32)
+        return np.asarray(jax.grad(lambda z: (fn(jax_ops, z) * jnp.asarray(w, jnp.float32))
+                                   .sum())(z))
+
+    np.testing.assert_allclose(jax_jacobian_product(), torch_jacobian_product(), atol=1e-5)
