@@ -15,7 +15,8 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 from torch.distributions.utils import broadcast_all
 
-__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "categorical_draws", "safe_log"]
+__all__ = ["MaskedDirichlet", "MaskedRelaxedCategorical", "categorical_draws",
+           "position_log_probs", "safe_log"]
 
 
 def categorical_draws(probs: torch.Tensor, num_samples: int,
@@ -28,6 +29,25 @@ def categorical_draws(probs: torch.Tensor, num_samples: int,
     on_generator = probs.to(generator.device)
     draws = torch.multinomial(on_generator, num_samples, replacement=True, generator=generator)
     return draws.to(probs.device)
+
+
+def position_log_probs(fn, shape: tuple) -> torch.Tensor:
+    """log q(z = s) ``[*shape, S]`` of a categorical site's distribution ``fn`` (batch shape
+    ``shape``) at every one of its S categories: each category is scored, not only those of
+    ``fn.enumerate_support()`` (a sparse q enumerates its support alone; a category outside it
+    has the finite log 0)."""
+    inner = fn  # the categorical under Pyro's wrappers (a target mask, an expand)
+    while not isinstance(getattr(inner, "probs", None), torch.Tensor) and \
+            getattr(inner, "base_dist", None) is not None:
+        inner = inner.base_dist
+    probs = getattr(inner, "probs", None)
+    if isinstance(probs, torch.Tensor):
+        S, device = probs.shape[-1], probs.device
+    else:
+        support = fn.enumerate_support(expand=False)
+        S, device = support.shape[0], support.device
+    positions = torch.arange(S, device=device).reshape((S,) + (1,) * len(shape))
+    return fn.log_prob(positions).reshape(S, *shape).movedim(0, -1)
 
 
 def _broadcast_mask(param: torch.Tensor, mask: torch.Tensor | None):

@@ -130,3 +130,18 @@ def test_unknown_family_lists_valid_names():
         pa.make_family(3.0)
     assert isinstance(pa.make_family("weibull"), pa.Weibull)
     assert isinstance(pa.make_family(pa.Dirichlet), pa.Dirichlet)
+
+
+def test_position_log_probs_scores_every_position_of_a_sparse_q():
+    """``position_log_probs`` (what analyze / calibrate / diagnose read of a categorical guide):
+    every source position of a sparse q under a target mask, not only its enumerated support
+    (which is the positions of the largest support in the batch: here 2 of 4)."""
+    from ppl_attention.pyro.distributions import position_log_probs
+    from ppl_attention.pyro.sparse import SparsemaxCategorical
+
+    p = torch.tensor([[[0.7, 0.3, 0.0, 0.0]], [[0.0, 0.0, 0.4, 0.6]]])
+    fn = SparsemaxCategorical(p).mask(torch.tensor([[True], [True]]))
+    assert fn.enumerate_support(expand=False).shape[0] == 2
+    q = position_log_probs(fn, (2, 1)).exp()
+    assert q.shape == (2, 1, 4)
+    torch.testing.assert_close(q, p)

@@ -13,6 +13,7 @@ from pyro.poutine.messenger import Messenger
 from ...common.contract import capabilities, declared
 from ...core.errors import UserError
 from ..attend import recording
+from ..distributions import position_log_probs
 from ..models.base import exact_posterior, simulate
 from ..models.device import model_device
 from .methods import get_method
@@ -109,10 +110,7 @@ def _alignment_arrays(run, model, site, m, sim, value, weights, draws, distort) 
     if fam.enumerable:
         trace = poutine.trace(guide).get_trace(sim, posterior=m.posterior)
         fn = trace.nodes[site]["fn"]
-        support = fn.enumerate_support(expand=False)
-        S = support.shape[0]
-        q = fn.log_prob(support).exp().reshape(S, *sim.tgt_out.shape).permute(1, 2, 0)
-        out["q_probs"] = q.cpu().numpy()
+        out["q_probs"] = position_log_probs(fn, tuple(sim.tgt_out.shape)).exp().cpu().numpy()
         return out
     values, logq = [], []
     for _ in range(draws):
@@ -193,10 +191,8 @@ def calibration_probs(run, batch) -> dict:
         if model.family.enumerable:
             trace = poutine.trace(model.guide).get_trace(batch, posterior=m.posterior)
             fn = trace.nodes[site]["fn"]
-            support = fn.enumerate_support(expand=False)
-            S = support.shape[0]
-            out["q_probs"] = fn.log_prob(support).exp().reshape(
-                S, *batch.tgt_out.shape).permute(1, 2, 0).cpu().numpy()
+            out["q_probs"] = position_log_probs(
+                fn, tuple(batch.tgt_out.shape)).exp().cpu().numpy()
         else:
             ws = []
             for _ in range(20):

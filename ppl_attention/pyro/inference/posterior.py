@@ -13,7 +13,7 @@ from pyro.poutine.util import site_is_subsample
 from ...common.contract import capabilities, declared
 from ...core.errors import UserError
 from ..attend import recording
-from ..distributions import categorical_draws
+from ..distributions import categorical_draws, position_log_probs
 from ..models.base import (
     exact_posterior,
     exact_token_log_likelihood,
@@ -72,11 +72,11 @@ def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
     caps = capabilities(model)
     site = declared(model, "site")
     B, T = batch.tgt_out.shape
-    S = batch.src.shape[1]
     K = num_samples
     fam = model.family
 
-    def one_hot_draws(probs):
+    def one_hot_draws(probs):  # S: the site's positions (a user's site need not be batch.src's)
+        S = probs.shape[-1]
         idx = categorical_draws(probs.reshape(-1, S), K, generator)
         return torch.nn.functional.one_hot(idx.T.reshape(K, B, T), S).to(probs.dtype)
 
@@ -89,19 +89,18 @@ def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
             trace = poutine.trace(model.model).get_trace(batch)
         w = _site(calls, site).weights
         out["prior"] = w
-        out["posterior"] = out["prior_draws"] = w.expand(K, B, T, S)
+        out["posterior"] = out["prior_draws"] = w.expand(K, B, T, w.shape[-1])
         out["log_lik"] = torch.broadcast_to(_observed(trace, site), (B, T)).expand(K, B, T)
     elif "posterior-samples" in caps:
         idx = posterior_samples(model, batch, K, generator)
         out["exact"] = exact_posterior(model, batch)
-        out["posterior"] = torch.nn.functional.one_hot(idx, S).float()
+        out["posterior"] = torch.nn.functional.one_hot(idx, out["exact"].shape[-1]).float()
         out["log_lik"] = observed_log_likelihood(model, batch, idx)
         out["prior_draws"] = one_hot_draws(out["prior"])
         if get_method(run.method).posterior == "inference":
             guide = poutine.trace(model.guide).get_trace(batch, posterior="inference")
             fn = guide.nodes[site]["fn"]
-            support = fn.enumerate_support(expand=False)
-            q = fn.log_prob(support).exp().reshape(S, B, T).permute(1, 2, 0)
+            q = position_log_probs(fn, (B, T)).exp()
             out["q"] = one_hot_draws(q)
     else:
         draws, lls, priors = [], [], []
@@ -185,9 +184,8 @@ def diagnostic_arrays(run, b, num_samples: int, seed: int) -> dict:
     if exact:
         guide = poutine.trace(model.guide).get_trace(b, posterior=post)
         fn = guide.nodes[site]["fn"]
-        support = fn.enumerate_support(expand=False)
-        S = support.shape[0]
-        log_q = fn.log_prob(support).reshape(S, *b.tgt_out.shape).permute(1, 2, 0)
+        log_q = position_log_probs(fn, tuple(b.tgt_out.shape))
+        S = log_q.shape[-1]
         q = log_q.exp().reshape(-1, S)
         draws = torch.multinomial(q, num_samples, replacement=True).T.reshape(
             num_samples, *b.tgt_out.shape)

@@ -103,7 +103,7 @@ from ...common.contract import (
     require,
 )
 from ...core.errors import MissingCapability
-from ..distributions import categorical_draws
+from ..distributions import categorical_draws, position_log_probs
 
 __all__ = ["AlignmentModel", "CAPABILITIES", "capabilities", "require", "check_model_class",
            "check_method", "exact_token_log_likelihood", "exact_posterior",
@@ -252,8 +252,7 @@ def prior_probs(model, batch) -> torch.Tensor:
         raise MissingCapability(f"{type(model).__name__}: no site {site!r} in the model "
                                 f"(declare `site = …` with the alignment site's name)")
     fn = trace.nodes[site]["fn"]
-    support = fn.enumerate_support(expand=False)
-    return fn.log_prob(support).exp().reshape(support.shape[0], *fn.batch_shape).permute(1, 2, 0)
+    return position_log_probs(fn, tuple(fn.batch_shape)).exp()
 
 
 def with_targets(batch, tgt_out: torch.Tensor):
