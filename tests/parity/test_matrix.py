@@ -273,6 +273,23 @@ def _score_function_twin(method):
                 s.relaxation is None and not s.family_options)
 
 
+def _assert_same_guide_as_score_function(method):
+    """A relaxed method's guide is its score-function method's: at one seed both draw the same
+    alignment from the same q (equal log-probabilities)."""
+    twin = _score_function_twin(method)
+    assert METHOD_SPECS[twin].posterior == METHOD_SPECS[method].posterior
+    model, b = _model(method), _batch()
+    sites = []
+    for name in (method, twin):
+        pyro.set_rng_seed(0)
+        with torch.no_grad():
+            tr = poutine.trace(model.guide).get_trace(b, posterior=get_method(name).posterior)
+        site = tr.nodes["align"]
+        sites.append((site["value"], site["fn"].log_prob(site["value"])))
+    assert torch.equal(sites[0][0], sites[1][0])
+    torch.testing.assert_close(sites[0][1], sites[1][1], rtol=0, atol=0)
+
+
 def _jax_loss_fn(jm, method, jb, z=None):
     """params → (loss to differentiate, −ELBO) of one NumPyro step; with ``z``, at those draws."""
     m = numpyro_method(method)
@@ -327,6 +344,8 @@ def _check_na(method, prop, backend):
             numpyro_method(method)
     elif prop == "d":
         assert spec.objective not in ("TraceMeanField_ELBO", "ScoreFunctionKL_ELBO")
+    elif prop == "e" and spec.relaxation is not None:
+        _assert_same_guide_as_score_function(method)
     elif prop == "e":
         assert not sampled(spec)
     elif prop == "c" and spec.relaxation is not None:
