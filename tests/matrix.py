@@ -116,6 +116,9 @@ def not_applicable(method: str, prop: str, backend: str) -> str | None:
                 "backends (float32 against float64, a padded batch against the batch) reach "
                 "different ones — the marginals are compared instead (checked equal, the "
                 "decompositions checked different)")
+    if prop == "d" and spec.relaxation is not None:
+        return ("a relaxation trains the guide of its score-function method against the same "
+                "prior, with that method's KL in closed form: that method's d cell is this one's")
     if prop == "d" and spec.objective not in ("TraceMeanField_ELBO", "ScoreFunctionKL_ELBO"):
         return f"{spec.objective}: no KL term taken in closed form"
     if prop == "e" and spec.relaxation is not None:
