@@ -15,7 +15,9 @@ against a finite difference of 0.3416); d — the KL(Weibull ‖ Gamma) registra
 TraceMeanField_ELBO would fall back to Monte Carlo: d[bam-weibull-pyro]; e — importance
 weights without their −log q term: e[vae-sample-pyro] (IWAE_1 ≠ ELBO); f — a resume that
 reseeds the RNG instead of restoring it: f[vae-sample-pyro]; g — soft attention's softmax taken
-without the source mask: g[soft-pyro].
+without the source mask: g[soft-pyro]; g of a relaxation — its noise shifted by its mean over
+the batch (padded pairs' noise then moves the real pairs'): g[tree-perturbed-numpyro],
+g[tree-st-numpyro] (the Pyro cells pad positions, not pairs, where that fault changes nothing).
 """
 
 from __future__ import annotations
