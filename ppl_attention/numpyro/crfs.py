@@ -102,6 +102,11 @@ def _kl_chain(p, q):
     return p.kl_divergence(q)
 
 
+@kl_divergence.register(CTC, CTC)
+def _kl_ctc(p, q):
+    return p.kl_divergence(q)
+
+
 @kl_divergence.register(SemiMarkovCRF, SemiMarkovCRF)
 def _kl_semi_markov(p, q):
     return p.kl_divergence(q)

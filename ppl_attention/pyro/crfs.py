@@ -103,6 +103,11 @@ def _kl_chain(p, q):
     return p.kl_divergence(q)
 
 
+@register_kl(CTC, CTC)
+def _kl_ctc(p, q):
+    return p.kl_divergence(q)
+
+
 @register_kl(SemiMarkovCRF, SemiMarkovCRF)
 def _kl_semi_markov(p, q):
     return p.kl_divergence(q)

@@ -138,6 +138,17 @@ class CTCAlignment(Structure):
     def value(ops, semiring, theta, aux, key=None):
         return ctc_value(ops, semiring, theta, aux, key)
 
+    def _same(self, other) -> None:
+        """Two CTCs compare (cross-entropy, KL) only over the same alignments: the same
+        extended labels and frames on every row, not only the same shape."""
+        super()._same(other)
+        if not (np.array_equal(self.extended, other.extended)
+                and np.array_equal(self.input_lengths, other.input_lengths)
+                and np.array_equal(self.state_counts, other.state_counts)):
+            raise UserError("CTC: the other CTC must align the same labels (label_lengths, "
+                            "blank_id) over the same input_lengths on every row: KL and "
+                            "cross-entropy are sums over one set of alignments")
+
     @staticmethod
     def size(theta) -> int:
         return theta.shape[-1]

@@ -36,6 +36,23 @@ def make(backend, x, labels, ll=None, il=None, blank=0):
 
 
 
+def registered_kl(backend):
+    if backend == "pyro":
+        return torch.distributions.kl_divergence
+    from numpyro.distributions.kl import kl_divergence
+    return kl_divergence
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kl_between_ctcs_of_other_labels_is_refused(backend):
+    x = np.random.default_rng(3).normal(size=(1, 5, 3))
+    d = make(backend, x, np.array([[1, 2]]))
+    with pytest.raises(UserError, match="the same labels"):
+        registered_kl(backend)(d, make(backend, x, np.array([[2, 1]])))
+    with pytest.raises(UserError, match="the same labels"):
+        registered_kl(backend)(d, make(backend, x, np.array([[1, 2]]), il=np.array([4])))
+
+
 def test_log_partition_is_minus_ctc_loss_of_torch_and_optax_on_every_row():
     rng = np.random.default_rng(0)
     B, T, V, L = 6, 30, 6, 8
@@ -66,6 +83,7 @@ def test_every_operation_equals_brute_force(backend):
     ll, il = np.array([2, 2, 1]), np.array([5, 4, 3])
     d, q = make(backend, x, labels, ll, il), make(backend, y, labels, ll, il)
     got = every_operation(d, q)
+    registered = arr(registered_kl(backend)(d, q))  # the backend's kl_divergence dispatch
     for b in range(3):
         lp = x[b] - np.logaddexp.reduce(x[b], -1, keepdims=True)
         lq = y[b] - np.logaddexp.reduce(y[b], -1, keepdims=True)
@@ -81,6 +99,7 @@ def test_every_operation_equals_brute_force(backend):
             theta[s], other[s] = lp[:, ext[s]], lq[:, ext[s]]
         ref = summary(events, theta, other)
         assert_row_equals_brute_force(got, b, ref)
+        np.testing.assert_allclose(registered[b], ref["kl"], atol=1e-10)
         conv = torch.tensor if backend == "pyro" else jnp.asarray
         row = make(backend, x[b:b + 1], labels[b:b + 1], ll[b:b + 1], il[b:b + 1])
         np.testing.assert_allclose(arr(row.log_prob(conv(events[:, None])))[:, 0],
