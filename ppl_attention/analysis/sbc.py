@@ -48,7 +48,7 @@ from ..common.backends import get_backend
 from ..common.contract import require
 from ..core import jsonio
 from ..core.errors import UserError
-from ..core.method_specs import method_spec as get_method
+from ..core.method_specs import method_spec
 from ..core.progress import progress_bar
 from ..data.batching import array_kind, make_batches
 from ..data.corpus import atomic_write_text
@@ -386,7 +386,7 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
     model = run.model
     require(model, "alignment", tool="calibrate")
     fam = model.family
-    m = get_method(run.method)
+    m = method_spec(run.method)
     reason = uncalibratable(run)
     if reason:
         raise UserError(f"calibrate: {reason}")

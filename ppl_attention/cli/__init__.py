@@ -24,9 +24,7 @@ import sys
 
 from ..core.divergence import EXIT_DIVERGED, Diverged
 from ..core.errors import UserError
-from . import analyze, sample, train, twin, wordalign
-from . import compare as sweep
-from . import evaluate_align as evaluate
+from . import analyze, compare, evaluate_align, sample, train, twin, wordalign
 from .options import peek_model
 
 
@@ -45,12 +43,12 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     # only the command run builds its model-dependent options (and imports its model)
     model = peek_model(argv) if command in ("train", "compare", "sweep") else None
     train.add_parser(sub, model if command == "train" else None)
-    evaluate.add_parsers(sub)
+    evaluate_align.add_parsers(sub)
     analyze.add_parsers(sub)
     sample.add_parser(sub)
     twin.add_parser(sub)
     wordalign.add_parsers(sub)
-    sweep.add_parsers(sub, model if command in ("compare", "sweep") else None, command)
+    compare.add_parsers(sub, model if command in ("compare", "sweep") else None, command)
     p = sub.add_parser("models", help="the model registry: name, data, reference")
     p.set_defaults(fn=_cmd_models)
     return ap

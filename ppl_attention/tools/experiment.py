@@ -24,8 +24,13 @@ from ..common.registry import load_model_class
 from ..common.runs import COMPLETE, PARTIAL, Run, check_not_diverged
 from ..core.divergence import Diverged, check_figure, hint
 from ..core.errors import MissingCapability, UserError
-from ..core.method_specs import ALIGNMENT_OPTIONS, METHOD_OPTIONS, METHOD_SPECS, is_global_method
-from ..core.method_specs import method_spec as get_method
+from ..core.method_specs import (
+    ALIGNMENT_OPTIONS,
+    METHOD_OPTIONS,
+    METHOD_SPECS,
+    is_global_method,
+    method_spec,
+)
 from ..core.training import TRAINING_DEFAULTS, training_options
 from ..data.kinds import data_kind
 
@@ -125,7 +130,7 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
             backend.check_global_options(m, exp.training, {
                 k: v for k, v in exp.method_options.items() if k not in ALIGNMENT_OPTIONS})
             continue
-        spec = get_method(m)
+        spec = method_spec(m)
         given = {k: v for k, v in exp.method_options.items() if k in spec.options}
         wrong = sorted(set(exp.method_options) - set(ALIGNMENT_OPTIONS))
         if wrong:
@@ -135,8 +140,8 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
         check_method(cls, spec)
     aligners = [m for m in methods if not is_global_method(m)]
     if len(aligners) == 1:  # one method: refused naming the options it takes
-        get_method(aligners[0]).resolve_options(alignment_given)
-    taken = {k for m in aligners for k in get_method(m).options}
+        method_spec(aligners[0]).resolve_options(alignment_given)
+    taken = {k for m in aligners for k in method_spec(m).options}
     idle = sorted(set(alignment_given) - taken)
     if idle:
         takers = [n for n, sp in METHOD_SPECS.items() if idle[0] in sp.options]
@@ -152,7 +157,7 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
                         f"{opts['batch_size']})")
     if exp.task_seed and exp.data_dir is not None:
         raise UserError("--task-seed seeds a built-in --task's generator, not a --data-dir")
-    m_fams = [get_method(m).family_spec for m in methods if not is_global_method(m)]
+    m_fams = [method_spec(m).family_spec for m in methods if not is_global_method(m)]
     if "kl_weight" in exp.training and m_fams and all(f.deterministic for f in m_fams):
         raise UserError(f"--kl-weight weighs the KL of a latent alignment; "
                         f"{', '.join(methods)} has none")
@@ -164,7 +169,7 @@ def check_experiment(exp: Experiment, methods: list[str]) -> None:
 def method_options_of(exp: Experiment, method: str) -> dict:
     """The options of ``exp`` that alignment method ``method`` takes (in a compare of several
     methods, each takes its own; :func:`check_experiment` refused those no method takes)."""
-    spec = get_method(method)
+    spec = method_spec(method)
     return {k: v for k, v in exp.method_options.items() if k in spec.options}
 
 
@@ -258,7 +263,7 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         source["data_dir"] = exp.data_dir_record
     if is_global_method(method):
         return _train_global(exp, cls, kind, source, method, seed, out, progress)
-    m = get_method(method)
+    m = method_spec(method)
     check_method(cls, m)
     backend_name = exp.backend_name()
     backend = get_backend(backend_name)
@@ -383,7 +388,7 @@ def check_report(run: Run, rep: dict, out, discrete: bool = True) -> None:
         return
     try:
         check_figure(run.step, run.method, "test NLL per token", rep["nll_per_token"],
-                     discrete=discrete, advice=hint(get_method(run.method), run.config.get("lr")))
+                     discrete=discrete, advice=hint(method_spec(run.method), run.config.get("lr")))
     except Diverged as stop:
         stop.kept, stop.run = run.step, run
         run.extra["diverged"] = stop.record()

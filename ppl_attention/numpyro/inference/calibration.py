@@ -13,7 +13,7 @@ from numpyro import handlers
 
 from ...common.contract import capabilities, declared
 from ...core.method_specs import guide_posterior as _guide_posterior
-from ...core.method_specs import method_spec as get_method
+from ...core.method_specs import method_spec
 from ...core.records import recording
 from ..jax_batches import to_jax
 from ..models.base import exact_posterior, simulate, substitute_params
@@ -105,7 +105,7 @@ def calibration_arrays(run, batch, draws: int, seed: int, distort=None,
         B, T = batch.tgt_out.shape
         out["imp"] = crop(raw, model.family, B, T, batch.src.shape[1])
         if "logq_truth" not in out:  # a categorical guide: log q(z*) = Σ_t log q(z*_t)
-            m = get_method(run.method)
+            m = method_spec(run.method)
             node, _ = _guide_site(model, params, sim, m.posterior, jax.random.PRNGKey(seed),
                                   distort)
             out["logq_truth"] = np.asarray(_per_pair(node, value, sim.tgt_mask))[:B]
@@ -118,7 +118,7 @@ def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
     jb = to_jax(batch, None, MULTIPLE)
     model, params = model_and_params(run, jb)
     fam = model.family
-    m = get_method(run.method)
+    m = method_spec(run.method)
     key = jax.random.PRNGKey(seed)
     sim, value, weights = simulate(model, params, jb, key)
     B, T = batch.tgt_out.shape
@@ -210,7 +210,7 @@ def calibration_probs(run, batch) -> dict:
     """As :func:`ppl_attention.pyro.inference.calibration.calibration_probs`, under NumPyro."""
     jb = to_jax(batch, None, MULTIPLE)
     model, params = model_and_params(run, jb)
-    m = get_method(run.method)
+    m = method_spec(run.method)
     B, T = batch.tgt_out.shape
     S = batch.src.shape[1]
     out = {}

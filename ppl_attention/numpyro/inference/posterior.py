@@ -18,7 +18,7 @@ from numpyro import handlers
 from ...common.contract import capabilities, declared
 from ...core.errors import UserError
 from ...core.method_specs import guide_posterior as _guide_posterior
-from ...core.method_specs import method_spec as get_method
+from ...core.method_specs import method_spec
 from ...core.records import recording
 from ..distributions import safe_log
 from ..jax_batches import to_jax
@@ -143,7 +143,7 @@ def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
         return _tree_arrays(run, model, params, batch, jb, num_samples, seed)
     kind = "deterministic" if fam.deterministic else \
         "exact" if "posterior-samples" in caps else "guide"
-    with_q = kind == "exact" and get_method(run.method).posterior == "inference"
+    with_q = kind == "exact" and method_spec(run.method).posterior == "inference"
     fn = _arrays_fn(model, num_samples, _guide_posterior(run.method, run.model), kind, with_q)
     raw = fn(params, jb, jax.random.PRNGKey(seed))
     B, T = batch.tgt_out.shape
