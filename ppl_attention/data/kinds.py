@@ -152,7 +152,7 @@ class PairsData(DataKind):
     alignments = True
     data_dir_help = ("folder with train.tsv, valid.tsv, test.tsv (+ gold alignments *.align, "
                      "gold source trees *.conllu)")
-    tasks = ("copy", "reverse", "reorder", "durations", "phrases", "g2p", "trees", "wordalign")
+    tasks = tuple(TASKS)  # the built-in pair tasks: data/tasks.py's table
     options = {"n_train": (None, "training pairs of a built-in task (default: the task's own; "
                            "valid and test sets do not depend on it)", int),
                "stress": (False, "g2p: keep stress digits on vowels", bool),
