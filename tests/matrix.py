@@ -87,6 +87,12 @@ KNOWN_FAILURES = {
     "spans-sparsemap diverges at step 6 of the resume cell (gradient norm NaN) on this machine "
     "and not on CI's — the step depends on which decomposition of a q that is not unique the "
     "solver reaches —, so the resumed and the uninterrupted runs are not compared",
+    ("segments-sparsemap", "c", "numpyro"): "known failure, open: SparseMAP's μ is unique, "
+    "its decomposition into structures is not — at the optimum the oracle's scores tie on "
+    "every free position, and the backends' searches (float32 here) can end on different "
+    "active sets of one coverage (in float64, 1 of 20 rows of random scores: coverage equal to "
+    "10⁻¹⁶, q's entropy 0.02 apart); the ELBO sums over the active set, so its gradient "
+    "differs from the Pyro reference's",
 }
 
 

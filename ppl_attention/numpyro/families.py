@@ -27,7 +27,12 @@ from ..structures.linear_chain import (
     segment_log_partition,
     segment_marginals,
 )
-from ..structures.segment_selection import coverage, selected_positions, selection_potentials
+from ..structures.segment_selection import (
+    coverage,
+    coverage_statistics,
+    selected_positions,
+    selection_potentials,
+)
 from ..structures.span_selection import (
     read_positions,
     span_part_mask,
@@ -561,8 +566,14 @@ class _SparseMAPPosterior:
         self.sparsemap, self.max_active = cfg["sparsemap"], cfg["max_active"]
         self.sparse = self.sparsemap
 
+    def sparsemap_statistics(self):
+        """As the Pyro family's: ``None`` (the event itself) unless a family overrides it."""
+        return None
+
     def _posterior_of(self, structure):
-        return structure.sparsemap(self.max_active) if self.sparsemap else structure
+        if not self.sparsemap:
+            return structure
+        return structure.sparsemap(self.max_active, statistics=self.sparsemap_statistics())
 
 
 class Segments(_SparseMAPPosterior, _SegmentAttention):
@@ -575,6 +586,10 @@ class Segments(_SparseMAPPosterior, _SegmentAttention):
         cfg = self._configure(max_len=max_len, sparsemap=sparsemap, max_active=max_active)
         self.max_len = cfg["max_len"]
         self._init_sparsemap(cfg)
+
+    def sparsemap_statistics(self):
+        """The coverage, as the Pyro family's."""
+        return coverage_statistics(jax_ops)
 
     def prior(self, scores, mask, keys, values, params=None):
         return self.selection(scores, mask)

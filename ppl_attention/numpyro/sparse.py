@@ -59,17 +59,19 @@ class SparseMAP(SparseSupport, Distribution):
     has_rsample = False
 
     def __init__(self, base, max_active: int = DEFAULT_MAX_ACTIVE, max_iter: int | None = None,
-                 *, validate_args=None):
+                 *, validate_args=None, statistics=None):
         trainable = getattr(base, "trainable", None)
         if trainable is None or not callable(getattr(trainable, "argmax_at", None)):
             raise UserError(f"SparseMAP needs a structure with an argmax (its MAP oracle, over "
                             f"which the active set is searched): {type(base).__name__} has "
                             f"none (the structures of the structure library have)")
-        events, probs, converged, active = trainable.sparsemap_support(max_active, max_iter)
+        events, probs, converged, active = trainable.sparsemap_support(max_active, max_iter,
+                                                                         statistics)
         marginals = (probs.reshape(probs.shape + (1,) * trainable.event_dims) * events).sum(0)
         batch, event = self._set_support(base.sparse_values(events), probs, marginals, converged,
                                          active, len(base.event_shape))
         self.base, self.max_active, self.max_iter = base, max_active, max_iter
+        self.statistics = statistics
         super().__init__(batch, event, validate_args=False)
 
     @constraints.dependent_property(is_discrete=True)
@@ -91,7 +93,8 @@ class SparseMAP(SparseSupport, Distribution):
     def expand(self, batch_shape):
         if tuple(batch_shape) == tuple(self.batch_shape):
             return self
-        return SparseMAP(self.base.expand(batch_shape), self.max_active, self.max_iter)
+        return SparseMAP(self.base.expand(batch_shape), self.max_active, self.max_iter,
+                         statistics=self.statistics)
 
 
 

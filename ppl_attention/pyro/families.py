@@ -55,7 +55,12 @@ from ..structures.linear_chain import (
     segment_log_partition,
     segment_marginals,
 )
-from ..structures.segment_selection import coverage, selected_positions, selection_potentials
+from ..structures.segment_selection import (
+    coverage,
+    coverage_statistics,
+    selected_positions,
+    selection_potentials,
+)
 from ..structures.span_selection import (
     read_positions,
     span_part_mask,
@@ -690,8 +695,16 @@ class _SparseMAPPosterior:
         self.sparsemap, self.max_active = cfg["sparsemap"], cfg["max_active"]
         self.sparse = self.sparsemap
 
+    def sparsemap_statistics(self):
+        """SparseMAP's regularized statistic (:mod:`ppl_attention.structures.sparsemap`,
+        *Statistics*): ``None``, the event itself; a family whose potentials score a linear
+        statistic of the event returns it, ``A(events [n, *event]) → [n, F]``."""
+        return None
+
     def _posterior_of(self, structure):
-        return structure.sparsemap(self.max_active) if self.sparsemap else structure
+        if not self.sparsemap:
+            return structure
+        return structure.sparsemap(self.max_active, statistics=self.sparsemap_statistics())
 
 
 class Segments(_SparseMAPPosterior, _SegmentAttention):
@@ -708,6 +721,13 @@ class Segments(_SparseMAPPosterior, _SegmentAttention):
         cfg = self._configure(max_len=max_len, sparsemap=sparsemap, max_active=max_active)
         self.max_len = cfg["max_len"]
         self._init_sparsemap(cfg)
+
+    def sparsemap_statistics(self):
+        """The coverage: the selection's potentials score ⟨c(z), e⟩, and the quadratic on the
+        event would count segments (the projection of near-zero scores then favours few long
+        ones); on the coverage, q's coverage at scores e is e's projection on the coverages'
+        polytope."""
+        return coverage_statistics(torch_ops)
 
     def prior(self, scores, mask, keys, values):
         return self.selection(scores, mask)

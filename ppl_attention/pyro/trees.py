@@ -340,9 +340,12 @@ class DependencyTree(Trainable, TorchDistribution):
         """SparseMAP's slots (arc indicators) as heads ``[K, ..., N]``."""
         return arcs_to_heads(events, self.lengths.expand(events.shape[:-2]))
 
-    def sparsemap(self, max_active: int | None = None, max_iter: int | None = None) -> SparseMAP:
-        """SparseMAP's sparse distribution over these trees (heads)."""
-        return SparseMAP(self, max_active or DEFAULT_MAX_ACTIVE, max_iter)
+    def sparsemap(self, max_active: int | None = None, max_iter: int | None = None,
+                  statistics=None) -> SparseMAP:
+        """SparseMAP's sparse distribution over these trees (heads); ``statistics`` as the
+        structures' (:meth:`ppl_attention.structures.distribution.StructuredDistribution.
+        sparsemap`)."""
+        return SparseMAP(self, max_active or DEFAULT_MAX_ACTIVE, max_iter, statistics=statistics)
 
     # --- the MAP tree and exact draws ---------------------------------------------------------
     def argmax(self) -> torch.Tensor:

@@ -101,12 +101,16 @@ class StructuredDistribution:
         return self.structure.relaxed_sample(kind, temperature, noise, noise_scale, lam, key,
                                              perturbation)
 
-    def sparsemap(self, max_active: int | None = None, max_iter: int | None = None):
+    def sparsemap(self, max_active: int | None = None, max_iter: int | None = None,
+                  statistics=None):
         """SparseMAP's sparse distribution over this distribution's structures
-        (:mod:`ppl_attention.structures.sparsemap`), a distribution of the same backend."""
+        (:mod:`ppl_attention.structures.sparsemap`), a distribution of the same backend;
+        ``statistics`` ``(A, Aᵀ)``: the quadratic on A μ instead of μ (the statistic the
+        potentials score, where the event over-counts it)."""
         from .sparsemap import DEFAULT_MAX_ACTIVE
 
-        return self.sparse_class(self, max_active or DEFAULT_MAX_ACTIVE, max_iter)
+        return self.sparse_class(self, max_active or DEFAULT_MAX_ACTIVE, max_iter,
+                                 statistics=statistics)
 
     def argmax(self):
         """The event of the most probable structure ``[batch, *event]``."""

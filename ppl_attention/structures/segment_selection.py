@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from ..core.errors import UserError
 
-__all__ = ["selection_potentials", "coverage", "selected_positions", "LABELS"]
+__all__ = ["selection_potentials", "coverage", "coverage_statistics", "selected_positions",
+           "LABELS"]
 
 #: the labels of a selection's segments: 0 unselected (length 1), 1 selected
 LABELS = 2
@@ -68,6 +69,14 @@ def coverage(ops, events):
         for d in range(min(j + 1, L)):
             total = total + ops.pad_last(ends[..., d:], -1, 0, d, 0.0)
     return total
+
+
+def coverage_statistics(ops):
+    """SparseMAP's regularized statistic of a selection (:mod:`.sparsemap`, *Statistics*): the
+    coverage, ``events [n, L, m, 2, 2] → [n, L]`` — the potentials score ⟨c(z), e⟩. Its
+    quadratic ½‖c(μ)‖² counts the positions selected, where the event's counts segments (which
+    favours few, long ones)."""
+    return lambda events: coverage(ops, events)
 
 
 def selected_positions(weights):

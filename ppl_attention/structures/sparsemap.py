@@ -27,6 +27,18 @@ the active ones by more than a tolerance it joins the set, otherwise μ is optim
 runs on fixed slots (``max_active`` structures) for a bounded number of steps, so it compiles
 once under JAX.
 
+**Statistics.** The quadratic need not be on the event itself. Where a structure's potentials
+score a linear statistic of the event, θ = Aᵀe so that ⟨θ, z⟩ = ⟨e, A z⟩ (a segment selection
+scores its coverage, :mod:`.segment_selection`), the event over-counts: ‖z‖² is the number of
+its parts, and the projection of near-equal scores favours the structure with the fewest parts,
+alone — one active structure, whose Jacobian is 0. SparseMAP then regularizes the statistic,
+as Niculae et al. (2018, §3) regularize only the unary parts of a factor graph:
+
+    μ* = argmax_{μ ∈ M} ⟨θ, μ⟩ − ½ ‖A μ‖²,
+
+the same search with G = (A Z)(A Z)ᵀ and the oracle at θ − Aᵀ A μ (``statistics``: the linear
+map A as a function, whose matrix is read once from the event's unit vectors).
+
 The backward pass: with the active set held fixed, p is the solution of the KKT system above,
 a linear function of θ through c = Z θ — so p is computed once more, differentiably, from the
 final active set, and automatic differentiation gives vene/sparsemap's exact backward pass
@@ -36,6 +48,7 @@ final active set, and automatic differentiation gives vene/sparsemap's exact bac
 from __future__ import annotations
 
 from ..core.errors import UserError
+from ..core.numerics import LOG_ZERO
 
 __all__ = ["sparsemap", "DEFAULT_MAX_ACTIVE"]
 
@@ -60,7 +73,7 @@ def _kkt_solve(ops, gram, c, working):
 
 
 def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX_ACTIVE,
-              max_iter: int | None = None):
+              max_iter: int | None = None, statistics=None):
     """SparseMAP of ``theta [..., *event]`` (``event_dims`` trailing dimensions; the ones before
     are the batch). ``argmax(potentials)`` → the event ``[..., *event]`` of the best structure
     of each row under those potentials (the structure's MAP oracle, its lengths bound).
@@ -70,7 +83,9 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
     search met, with probability 0); their probabilities, differentiable in ``theta`` and
     summing to 1; whether each row's search reached the optimum (False: the slots filled up,
     or ``max_iter`` steps — default 4·K — ran out, and q is the best distribution over the
-    structures found); and the active set's size."""
+    structures found); and the active set's size. ``statistics``: the regularized statistic
+    of the module docstring, a linear function ``A(events [n, *event]) → [n, F]`` (default:
+    the event itself)."""
     if isinstance(max_active, bool) or not isinstance(max_active, int) or max_active < 1:
         raise UserError(f"sparsemap: max_active must be a positive integer, got {max_active!r}")
     K = max_active
@@ -84,12 +99,30 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
     for d in batch:
         N *= d
     th = ops.stop_gradient(theta).reshape((N, D))
+    if statistics is None:
+        def stat(ev):  # [N, K, D] → [N, K, F]
+            return ev
+
+        def stat_adjoint(v):  # [N, F] → [N, D]
+            return v
+    else:  # A's matrix [D, F], from the unit vectors of the event
+        units = ops.cast_like(ops.arange(D, th)[:, None] == ops.arange(D, th)[None, :], th)
+        matrix = ops.stop_gradient(statistics(units.reshape((D,) + event))).reshape((D, -1))
+
+        def stat(ev):
+            return ops.einsum("nkd,df->nkf", ev, matrix)
+
+        def stat_adjoint(v):
+            return ops.einsum("nf,df->nd", v, matrix)
 
     def oracle(potentials):
         return ops.stop_gradient(argmax(potentials.reshape(batch + event))).reshape((N, D))
 
     eps = ops.eps(th)
-    tol = 64.0 * eps * (1.0 + ops.maximum(th, 0.0).sum(-1) + ops.maximum(-th, 0.0).sum(-1))
+    # the gap's tolerance is relative to the potentials of the parts a structure can hold: a
+    # part none holds (LOG_ZERO, −10³⁰) would make it 10²⁴ and end every search at one structure
+    live = ops.where(th > 0.5 * LOG_ZERO, th, ops.full_like(th, 0.0))
+    tol = 64.0 * eps * (1.0 + ops.maximum(live, 0.0).sum(-1) + ops.maximum(-live, 0.0).sum(-1))
     z0 = oracle(th)
     slots = ops.arange(K, th)
     events = ops.broadcast_to(z0[:, None], (N, K, D)) * 1.0  # [N, K, D]: rows first
@@ -101,14 +134,15 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
 
     def step(carry):
         events, working, p, done, optimal, it = carry
-        gram = ops.einsum("nkd,njd->nkj", events, events)
+        feats = stat(events)
+        gram = ops.einsum("nkf,njf->nkj", feats, feats)
         c = ops.einsum("nkd,nd->nk", events, th)
         p_new = _kkt_solve(ops, gram, c, working)
         feasible = (working & (p_new < -1e3 * eps)).sum(-1) == 0
         # feasible: p = p_new, then the oracle's structure joins unless μ is optimal
         p1 = ops.where(working, ops.maximum(p_new, 0.0), ops.full_like(p_new, 0.0))
         mu = ops.einsum("nk,nkd->nd", p1, events)
-        grad = th - mu
+        grad = th - stat_adjoint(ops.einsum("nk,nkf->nf", p1, feats))
         z = oracle(grad)
         gap = (grad * z).sum(-1) - (grad * mu).sum(-1)
         free = ~working
@@ -149,7 +183,8 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
     # the exact backward pass: p once more from the KKT system of the final active set
     events = ops.stop_gradient(events)
     flat = theta.reshape((N, D))
-    gram = ops.einsum("nkd,njd->nkj", events, events)
+    feats = stat(events)
+    gram = ops.einsum("nkf,njf->nkj", feats, feats)
     c = ops.einsum("nkd,nd->nk", events, flat)
     p = _kkt_solve(ops, gram, c, working)
     p = ops.where(working & (p > 0), p, ops.full_like(p, 0.0))

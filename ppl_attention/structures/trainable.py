@@ -25,10 +25,11 @@ class Trainable:
                               perturbation)
 
     def sparsemap_support(self, max_active: int = DEFAULT_MAX_ACTIVE,
-                          max_iter: int | None = None):
+                          max_iter: int | None = None, statistics=None):
         """SparseMAP of the potentials (:func:`~.sparsemap.sparsemap`): ``(events [K, batch,
         *event], probs [K, batch], converged [batch], active [batch])``, the probabilities
-        differentiable in the potentials."""
+        differentiable in the potentials; ``statistics`` the regularized statistic (default:
+        the event)."""
         aux = self.aux()
         return sparsemap(self.ops, self.log_potentials, lambda th: self.argmax_at(th, *aux),
-                         self.event_dims, max_active, max_iter)
+                         self.event_dims, max_active, max_iter, statistics)

@@ -118,6 +118,58 @@ def test_equals_the_brute_force_quadratic_programme(backend, case):
         assert len({tuple(r) for r in flat}) == len(flat)  # each once
 
 
+def _qp_statistic(Z, F, theta):
+    """argmax_{μ ∈ conv(Z)} ⟨θ, μ⟩ − ½‖A μ‖² by SciPy over the weights of the rows of ``Z [M,
+    D]``, ``F = Z Aᵀ [M, F]`` their statistics: the optimal statistic A μ (unique)."""
+    M = len(Z)
+    c = Z @ theta
+    res = minimize(lambda p: 0.5 * np.sum((F.T @ p) ** 2) - p @ c, np.full(M, 1 / M),
+                   jac=lambda p: F @ (F.T @ p) - c, bounds=[(0, None)] * M,
+                   constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1,
+                                 "jac": lambda p: np.ones(M)}],
+                   method="SLSQP", options={"ftol": 1e-16, "maxiter": 2000})
+    return F.T @ res.x
+
+
+@pytest.mark.parametrize("statistic", ["event", "coverage"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_segment_selection_equals_the_brute_force_quadratic_programme(backend, statistic):
+    """The segment family's potentials (:mod:`ppl_attention.structures.segment_selection`):
+    most parts are no selection's (LOG_ZERO), which the search's tolerance must not count —
+    regularized on the event, and on the coverage the potentials score (a few structures
+    active at near-zero scores, where the event's quadratic fills the slots)."""
+    from ppl_attention.structures import jax_ops, torch_ops
+    from ppl_attention.structures.segment_selection import (
+        coverage,
+        coverage_statistics,
+        selection_potentials,
+    )
+
+    rng = np.random.default_rng(7)
+    scores, lengths, m = rng.standard_normal((3, 5)) * 0.6, np.array([5, 4, 2]), 2
+    ops = torch_ops if backend == "pyro" else jax_ops
+    conv = torch.tensor if backend == "pyro" else jnp.asarray
+    cls = torch_crfs.SemiMarkovCRF if backend == "pyro" else jax_crfs.SemiMarkovCRF
+    d = cls(selection_potentials(ops, conv(scores), m), conv(lengths))
+    stats = coverage_statistics(ops) if statistic == "coverage" else None
+    q = d.sparsemap(16, statistics=stats)
+    assert np.all(_np(q.converged))
+    floored = _np(d.trainable.log_potentials)
+    live = np.where(floored > -1e29, floored, 0.0)
+    got = _np(coverage(ops, q.marginals))
+    for b, L in enumerate(lengths):
+        Z = _events("SemiMarkovCRF", floored.shape[1:], int(L))
+        Z = Z[(Z * (floored[b].ravel() <= -1e29)).sum(1) == 0]  # the selections (parts allowed)
+        C = np.stack([_np(coverage(ops, conv(z.reshape(floored.shape[1:])))) for z in Z])
+        F = C if statistic == "coverage" else Z
+        ref = _qp_statistic(Z, F, live[b].ravel())
+        want = ref  # the optimal coverage; on the event, the optimal μ's coverage:
+        if statistic == "event":  # any weights p with Zᵀp = μ give it (coverage is linear)
+            want = C.T @ np.linalg.lstsq(Z.T, ref, rcond=None)[0]
+        np.testing.assert_allclose(got[b], want, atol=2e-5)
+        assert int(_np(q.active)[b]) >= 2  # these scores are no vertex's: never one structure
+
+
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_is_the_derivative(backend, case):
