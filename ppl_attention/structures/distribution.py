@@ -105,8 +105,8 @@ class StructuredDistribution:
                   statistics=None):
         """SparseMAP's sparse distribution over this distribution's structures
         (:mod:`ppl_attention.structures.sparsemap`), a distribution of the same backend;
-        ``statistics`` ``(A, Aᵀ)``: the quadratic on A μ instead of μ (the statistic the
-        potentials score, where the event over-counts it)."""
+        ``statistics`` a linear function A of events: the quadratic on A μ instead of μ (the
+        statistic the potentials score, where the event over-counts it)."""
         from .sparsemap import DEFAULT_MAX_ACTIVE
 
         return self.sparse_class(self, max_active or DEFAULT_MAX_ACTIVE, max_iter,

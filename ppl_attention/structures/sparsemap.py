@@ -30,8 +30,8 @@ once under JAX.
 **Statistics.** The quadratic need not be on the event itself. Where a structure's potentials
 score a linear statistic of the event, θ = Aᵀe so that ⟨θ, z⟩ = ⟨e, A z⟩ (a segment selection
 scores its coverage, :mod:`.segment_selection`), the event over-counts: ‖z‖² is the number of
-its parts, and the projection of near-equal scores favours the structure with the fewest parts,
-alone — one active structure, whose Jacobian is 0. SparseMAP then regularizes the statistic,
+its parts (a selection's segments), so the projection favours structures of few, long parts
+whatever the scores say of the positions they cover. SparseMAP then regularizes the statistic,
 as Niculae et al. (2018, §3) regularize only the unary parts of a factor graph:
 
     μ* = argmax_{μ ∈ M} ⟨θ, μ⟩ − ½ ‖A μ‖²,
