@@ -11,7 +11,14 @@ from pathlib import Path
 from ..core import jsonio
 from ..core.errors import UserError
 from ..core.method_specs import GLOBAL_METHODS, METHOD_OPTIONS, at_corpus, options_help
-from ..data.aligner_tables import ALIGNER_KINDS, ALIGNERS, default_aligner
+from ..data.aligner_tables import (
+    ALIGNER_DEFAULTS,
+    ALIGNER_KINDS,
+    ALIGNERS,
+    NULL_PRIOR,
+    default_aligner,
+    default_null_prior,
+)
 
 #: the methods ``wordalign`` runs and the options each takes, with their defaults: the one
 #: method registry's (:data:`~ppl_attention.core.method_specs.GLOBAL_METHODS`, the same
@@ -60,9 +67,12 @@ def add_parsers(sub) -> None:
                    "format: LEX, HMMF, HMMR, FERF, FERR lines) as pseudo-counts of the prior; "
                    "lines the model has no use for are named on stderr")
     for flag, kind, default, text in (
-            ("--alpha", float, 0.01, "translation Dirichlet concentration per target word"),
-            ("--gamma", float, 1.0, "distortion / jump Dirichlet concentration"),
-            ("--max-jump", int, 8, "jumps and displacements clipped to [-D, D]")):
+            ("--alpha", float, ALIGNER_DEFAULTS["alpha"],
+             "translation Dirichlet concentration per target word"),
+            ("--gamma", float, ALIGNER_DEFAULTS["gamma"],
+             "distortion / jump Dirichlet concentration"),
+            ("--max-jump", int, ALIGNER_DEFAULTS["max_jump"],
+             "jumps and displacements clipped to [-D, D]")):
         p.add_argument(flag, type=kind, help=f"{text} (default {default}; with --load, the "
                        f"tables')")
     p.add_argument("--null-prior", type=float, help=f"NULL's weight ν: a target word's NULL "
@@ -104,15 +114,11 @@ def _writable(path, what):
     return path
 
 
-#: NULL's fixed weight by default (eflomal's): on the generated corpora it brings the forward
-#: direction's precision to eflomal's, where a learned NULL bucket links too many words
-#: (docs/results.md)
-NULL_PRIOR = 0.2
-#: the aligner's options and their defaults (``--load``: the tables' instead; ``model``: the
-#: first of :data:`~ppl_attention.data.aligner_tables.DEFAULT_ALIGNERS` the method runs;
-#: ``null_prior``: :data:`NULL_PRIOR` for an aligner with a NULL bucket, 0 for IBM1)
-SPEC_DEFAULTS = {"model": None, "alpha": 0.01, "gamma": 1.0, "max_jump": 8,
-                 "null_prior": NULL_PRIOR}
+#: the aligner's options and their defaults, the aligner spec's (``--load``: the tables'
+#: instead; ``model``: the first of :data:`~ppl_attention.data.aligner_tables.DEFAULT_ALIGNERS`
+#: the method runs; ``null_prior``: :func:`~ppl_attention.data.aligner_tables.
+#: default_null_prior` of the model)
+SPEC_DEFAULTS = {"model": None, **ALIGNER_DEFAULTS, "null_prior": None}
 
 
 def _spec(args):
@@ -145,14 +151,13 @@ def _resolve_tables(args) -> tuple[dict | None, int]:
                             f"(saved without -r / --symmetrize), so -r / --symmetrize cannot run")
         trained = saved.meta.get("n_pairs")
         return saved.directions, trained if isinstance(trained, int) and trained > 0 else 0
-    null_given = args.null_prior is not None
     if args.model is None:
         args.model = default_aligner(args.method)
     for k, v in SPEC_DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    if not null_given and ALIGNER_KINDS[args.model].buckets == "none":
-        args.null_prior = 0.0  # IBM1: no NULL bucket to fix
+    if args.null_prior is None:
+        args.null_prior = default_null_prior(args.model)
     _spec(args)
     if args.priors:
         tables, unused = read_eflomal_priors(args.priors, args.model, args.max_jump)

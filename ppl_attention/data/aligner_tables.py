@@ -36,7 +36,8 @@ from ..core.errors import DataError, UserError
 __all__ = ["DirectionTables", "SavedTables", "NULL_WORD", "FORMAT", "save_tables",
            "load_tables", "read_eflomal_priors", "eflomal_priors_text", "prior_for_corpus",
            "tables_from_corpus", "merge_tables", "ALIGNERS", "ALIGNER_KINDS", "AlignerKind",
-           "n_buckets", "DEFAULT_ALIGNERS", "default_aligner"]
+           "n_buckets", "DEFAULT_ALIGNERS", "default_aligner", "NULL_PRIOR",
+           "ALIGNER_DEFAULTS", "default_null_prior"]
 
 FORMAT = "ppl-attention wordalign tables"
 VERSION = 1
@@ -82,6 +83,22 @@ def default_aligner(method: str) -> str:
         if method in ALIGNER_KINDS[name].methods:
             return name
     raise UserError(f"no aligner runs by {method!r}")
+
+
+#: NULL's fixed weight ν by default (eflomal's ``null_prior``) for an aligner with a NULL bucket:
+#: on the generated corpora it brings the forward direction's precision to eflomal's, where a
+#: learned NULL bucket (ν = 0) links too many words (docs/results.md)
+NULL_PRIOR = 0.2
+#: the aligners' options and their defaults, read by :class:`~ppl_attention.numpyro.aligners.
+#: AlignerSpec`, by ``wordalign`` and by the saved tables' record (``null_prior``: see
+#: :func:`default_null_prior`)
+ALIGNER_DEFAULTS = {"alpha": 0.01, "gamma": 1.0, "max_jump": 8}
+
+
+def default_null_prior(model: str) -> float:
+    """ν when none is given: :data:`NULL_PRIOR` for an aligner with a NULL bucket, 0 for IBM1
+    (its NULL is one more source position, nothing to fix)."""
+    return 0.0 if ALIGNER_KINDS[model].buckets == "none" else NULL_PRIOR
 
 
 def n_buckets(model: str, max_jump: int) -> int:

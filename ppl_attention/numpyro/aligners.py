@@ -42,10 +42,12 @@ from jax.scipy.special import digamma, gammaln
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
 from ..data.aligner_tables import (
+    ALIGNER_DEFAULTS,
     ALIGNER_KINDS,
     ALIGNERS,
     MAX_FERTILITY,
     AlignerKind,
+    default_null_prior,
     n_buckets,
 )
 from ..structures import jax_ops
@@ -74,19 +76,24 @@ class AlignerSpec:
     (Östling & Tiedemann 2016), a target word's NULL link weighted ν · θ_NULL(f_j) against a
     real link's θ_{e_i}(f_j) · δ(jump), the real buckets a Dirichlet of their own — the
     alignment weights are then a Gibbs distribution rather than normalized, and ``loglik`` is
-    log Σ_a w(a) (aligners with a NULL bucket: IBM2, HMM, fertility)."""
+    log Σ_a w(a) (aligners with a NULL bucket: IBM2, HMM, fertility). The defaults are
+    :data:`~ppl_attention.data.aligner_tables.ALIGNER_DEFAULTS`'s, ``wordalign``'s too; ν
+    not given (None) is :func:`~ppl_attention.data.aligner_tables.default_null_prior`'s
+    (eflomal's 0.2 with a NULL bucket, 0 for IBM1)."""
 
     model: str
-    alpha: float = 0.01
-    gamma: float = 1.0
-    max_jump: int = 8
+    alpha: float = ALIGNER_DEFAULTS["alpha"]
+    gamma: float = ALIGNER_DEFAULTS["gamma"]
+    max_jump: int = ALIGNER_DEFAULTS["max_jump"]
     beta: float = 1.0
     max_fertility: int = MAX_FERTILITY
-    null_prior: float = 0.0
+    null_prior: float | None = None
 
     def __post_init__(self):
         if self.model not in ALIGNERS:
             raise UserError(f"unknown aligner {self.model!r}; valid: {', '.join(ALIGNERS)}")
+        if self.null_prior is None:
+            object.__setattr__(self, "null_prior", default_null_prior(self.model))
         if not self.alpha > 0 or not self.gamma > 0 or not self.beta > 0:
             raise UserError(f"alpha, gamma and beta must be > 0, got {self.alpha}, "
                             f"{self.gamma}, {self.beta}")

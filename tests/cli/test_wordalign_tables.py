@@ -62,7 +62,7 @@ def test_expectations_and_kl_with_pseudo_counts_against_dense():
     from numpyro.distributions import Dirichlet, kl_divergence
     from scipy.special import digamma
 
-    spec = al.aligner("ibm2", alpha=0.3, gamma=0.7, max_jump=1)
+    spec = al.aligner("ibm2", alpha=0.3, gamma=0.7, max_jump=1, null_prior=0.0)
     prior, counts = _prior(), jnp.asarray(COUNTS, jnp.float32)
     a0, a1 = _dense_posterior(0.3)
     args = (spec, counts, jnp.asarray(CELL_SRC), 2, V)

@@ -77,7 +77,7 @@ def test_donated_chains_are_numpyros_mcmc():
     ``samples`` are the draws *kept* (``samples · thinning`` sweeps after the warm-up, as
     ``wordalign --samples`` and ``--thin`` say); NumPyro's ``num_samples`` counts the sweeps."""
     corpus, sizes, data, track = _small_corpus()
-    spec = al.aligner("ibm2", alpha=0.5)
+    spec = al.aligner("ibm2", alpha=0.5, null_prior=0.0)
     key = jax.random.PRNGKey(3)
     mcmc = wa.gibbs_chains(spec, sizes, data, track, chains=1, warmup=2, samples=3 * 2,
                            thinning=2, progress=False, key=key)
@@ -100,7 +100,7 @@ def test_chains_side_by_side_are_the_chains_one_after_another():
     alone: the same kept draws and the same final accumulators; and ``run_gibbs`` gives the
     same marginals and traces either way."""
     corpus, sizes, data, track = _small_corpus()
-    spec = al.aligner("hmm", alpha=0.5)
+    spec = al.aligner("hmm", alpha=0.5, null_prior=0.0)
     keys = list(jax.random.split(jax.random.PRNGKey(5), 3))
     kernel = wa.ConjugateGibbs(spec, sizes)
     both = list(wa.donated_chains(kernel, keys, (data, track), warmup=2, samples=3,
@@ -112,8 +112,9 @@ def test_chains_side_by_side_are_the_chains_one_after_another():
             np.testing.assert_array_equal(z[name], z1[name], err_msg=name)
         for got, ref in zip(marg, marg1):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
-    runs = [wa.run_gibbs(al.aligner("fertility"), corpus, chains=2, warmup=1, samples=2,
-                         track=4, progress=False, init_sweeps=1, parallel_chains=parallel)
+    runs = [wa.run_gibbs(al.aligner("fertility", null_prior=0.0), corpus, chains=2, warmup=1,
+                         samples=2, track=4, progress=False, init_sweeps=1,
+                         parallel_chains=parallel)
             for parallel in (2, 1)]
     for a, b in zip(runs[0]["marginals"], runs[1]["marginals"]):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

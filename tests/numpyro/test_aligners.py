@@ -225,7 +225,7 @@ def test_small_groups_join_a_larger_class():
     assert len(merged.classes) == 1 < len(apart.classes)
     shared, _, _ = index_pairs(pairs, batch=8, multiple=4, merge_below=5)  # no group a host
     assert len(shared.classes) == 1
-    spec = al.aligner("hmm", max_jump=2)
+    spec = al.aligner("hmm", max_jump=2, null_prior=0.0)
 
     def per_pair(corpus):
         sizes, data = wa.device_corpus(corpus)
@@ -277,7 +277,7 @@ from ppl_attention.numpyro.inference import word_alignment as wa
 pairs = [(s.split(), t.split()) for s, t in (("a b c", "x y z"), ("b c", "y z"), ("a c", "x z"),
                                              ("c a b", "z x y"))]
 corpus, _, _ = index_pairs(pairs, batch=2, multiple=4)
-spec = al.aligner("fertility")
+spec = al.aligner("fertility", null_prior=0.0)
 cache = Path(os.environ["PPL_ATTENTION_JAX_CACHE"])
 entries = []
 for warmup, samples in ((2, 2), (6, 6)):  # 4 and 12 sweeps: 2 and 3 HMM sweeps to start

@@ -26,7 +26,7 @@ import pytest
 
 from ppl_attention.numpyro import aligners as al
 
-SPEC = al.aligner("fertility", max_jump=1, max_fertility=2, beta=1.0)
+SPEC = al.aligner("fertility", max_jump=1, max_fertility=2, beta=1.0, null_prior=0.0)
 # sentence 0: 3 source words (ids 0, 1, 0), 3 target words; sentence 1: 1 source, 2 target
 SRC = np.array([[9, 0, 1, 0], [9, 2, 9, 9]])  # S1 = 4, NULL's id 9 at position 0
 SRC_MASK = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)
@@ -156,7 +156,8 @@ def test_fertility_needs_its_previous_alignment():
         al.batch_step(SPEC, jax.random.PRNGKey(0), jnp.asarray(log_theta), jnp.asarray(log_dist),
                       b, B * S1 * T, "expect")
     with pytest.raises(ValueError, match="fertility aligner's"):
-        al.batch_step(al.aligner("hmm"), jax.random.PRNGKey(0), jnp.asarray(log_theta),
+        al.batch_step(al.aligner("hmm", null_prior=0.0), jax.random.PRNGKey(0),
+                      jnp.asarray(log_theta),
                       jnp.asarray(log_dist[:4]), b, B * S1 * T, "draw",
                       prev=jnp.zeros((B, T), jnp.int32))
 

@@ -114,7 +114,10 @@ class WordAligner(BayesianAligner):
                  gamma: float = 1.0, max_jump: int = 4):
         self._init_table(src_vocab, tgt_vocab, family, alpha)
         self.gamma, self.max_jump = gamma, max_jump
-        self.spec = AlignerSpec(self.aligner, alpha=alpha, gamma=gamma, max_jump=max_jump)
+        # ν = 0: this program's NULL is a row of its translation table and a bucket of its
+        # jump Dirichlet (learned), so the conjugate methods' spec must say so
+        self.spec = AlignerSpec(self.aligner, alpha=alpha, gamma=gamma, max_jump=max_jump,
+                                null_prior=0.0)
 
     def aligner_spec(self) -> AlignerSpec:
         return self.spec
