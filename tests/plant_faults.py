@@ -7,10 +7,11 @@ trained tables as a prior (k1–k3), of the fertility aligner (f1, f2) and its m
 f4), of NULL's fixed weight (z1), of small length groups merged (z2) and sharing a class (z4),
 of the fertility sweep's Rao–Blackwellized conditionals (z3), of one compiled sweep for every
 sweep count (z5), of chains side by side (z6), of prefix sums by a matmul (z7), of counts
-scattered into a sweep's running totals (z8), of the corpus index and its best links (z9,
-z10, z12), of the chains' total variation kept in [0, 1] (z11), and of the ways to train a structure
-(sparse attention e1, the support's edge sm3, SparseMAP sm1, the sparse q's support sm2,
-perturbed marginals pm1, the estimators' baseline and bias x1, x2), run the tests that should
+scattered into a sweep's running totals (z8), of the corpus index and its best links (z9, z10,
+z12), of the chains' total variation kept in [0, 1] (z11), of a run's padded shapes (sh1), and
+of the ways to train a structure (sparse attention e1, the support's edge sm3, SparseMAP sm1,
+the sparse q's support sm2, perturbed marginals pm1, the estimators' baseline and bias x1, x2),
+run the tests that should
 catch it, report, and restore the file:
 ``python tests/plant_faults.py [a b … m1 …]``.
 What it printed is in the docstrings of tests/parity/test_matrix.py,
@@ -24,6 +25,11 @@ from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parents[1])
 FAULTS = [
+ # a run's padded shapes (tests/numpyro/test_run_shapes.py)
+ ("sh1", "ppl_attention/numpyro/jax_batches.py",
+  "jnp.asarray(pad(_np(batch.tgt_mask), T2, False)), features)",
+  "jnp.asarray(pad(_np(batch.tgt_mask), T2, True)), features)",
+  "tests/numpyro/test_run_shapes.py"),
  ("a", "ppl_attention/numpyro/jax_batches.py",
   "    src_mask[B:, 0] = True  # a padded row still needs one position to attend to\n", "",
   "test_a_loss_finite and exact-numpyro"),

@@ -150,7 +150,7 @@ class Run:
                             {"leaves": {str(i): x for i, x in enumerate(leaves)}})
             metrics = {"history": self.history}
             for key in ("ms_per_step", "ms_per_step_compiled", "train_seconds", "compilations",
-                        "compile_seconds"):
+                        "compile_seconds", "shapes"):
                 if key in self.extra:
                     metrics[key] = self.extra[key]
             (tmp / "metrics.json").write_text(jsonio.dumps(metrics, indent=1))

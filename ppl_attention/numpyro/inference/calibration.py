@@ -15,9 +15,8 @@ from ...common.contract import capabilities, declared
 from ...core.method_specs import guide_posterior as _guide_posterior
 from ...core.method_specs import method_spec
 from ...core.records import recording
-from ..jax_batches import to_jax
 from ..models.base import exact_posterior, simulate, substitute_params
-from .evaluate import MULTIPLE, jitted, model_and_params
+from .evaluate import jitted, model_and_params, run_batch
 
 __all__ = ["calibration_arrays", "calibration_probs", "distortion"]
 
@@ -115,7 +114,7 @@ def calibration_arrays(run, batch, draws: int, seed: int, distort=None,
 
 
 def _arrays(run, batch, draws: int, seed: int, distort=None) -> dict:
-    jb = to_jax(batch, None, MULTIPLE)
+    jb = run_batch(run, batch)
     model, params = model_and_params(run, jb)
     fam = model.family
     m = method_spec(run.method)
@@ -208,7 +207,7 @@ def _tree_arrays(model, params, m, sim, value, draws, key, distort, B, S) -> dic
 
 def calibration_probs(run, batch) -> dict:
     """As :func:`ppl_attention.pyro.inference.calibration.calibration_probs`, under NumPyro."""
-    jb = to_jax(batch, None, MULTIPLE)
+    jb = run_batch(run, batch)
     model, params = model_and_params(run, jb)
     m = method_spec(run.method)
     B, T = batch.tgt_out.shape

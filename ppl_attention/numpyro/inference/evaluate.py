@@ -20,14 +20,15 @@ from ...core.errors import UserError
 from ...core.links import links_from_positions
 from ...core.method_specs import guide_posterior as _guide_posterior
 from ...core.records import recording
-from ..jax_batches import to_jax
+from ..jax_batches import Shapes, to_jax
 from ..models.base import exact_posterior, exact_token_log_likelihood, is_numpyro_model
 from ..traces import replay, site_log_prob
 from .cache import enable_compilation_cache
 from .methods import enumerated_guide_loss, get_method, make_elbo
 from .twins import parameter_pairs, params_from_torch, twin_of
 
-__all__ = ["MULTIPLE", "model_and_params", "nll_per_token", "elbo_per_token", "mean_support",
+__all__ = ["MULTIPLE", "run_shapes", "run_batch", "model_and_params", "nll_per_token",
+           "elbo_per_token", "mean_support",
            "map_alignments", "alignment_links", "map_trees", "map_trees_by_index", "tree_scores",
            "log_importance_weights", "jitted", "jax_batches"]
 
@@ -59,9 +60,24 @@ def jitted(model, name: str, build):
     return store[name]
 
 
-def jax_batches(batches):
+def run_shapes(run):
+    """The shapes ``run`` compiled (:class:`~ppl_attention.numpyro.jax_batches.Shapes`, from its
+    record), or :data:`MULTIPLE` for a run that recorded none."""
+    return Shapes.from_record(getattr(run, "extra", {}).get("shapes")) or MULTIPLE
+
+
+def run_batch(run, batch):
+    """One batch of a tool padded to the run's shapes (its own rows)."""
+    return to_jax(batch, None, run_shapes(run))
+
+
+def jax_batches(batches, run=None):
+    """``batches`` padded to one row count and to ``run``'s shapes (buckets without a run)."""
+    shapes = MULTIPLE if run is None else run_shapes(run)
     rows = max(b.size for b in batches)
-    return [to_jax(b, rows, MULTIPLE) for b in batches]
+    if isinstance(shapes, Shapes):
+        rows = max(rows, shapes.rows)
+    return [to_jax(b, rows, shapes) for b in batches]
 
 
 def _batch_dim(trace) -> int | None:
@@ -122,7 +138,7 @@ def _exact_ll(model):
 
 
 def nll_per_token(run, batches, iwae_k: int = 10, seed: int = 0, params=None) -> float:
-    jb = jax_batches(batches)
+    jb = jax_batches(batches, run)
     model, p = model_and_params(run, jb[0], params)
     exact = "exact-likelihood" in capabilities(model)
     post = _guide_posterior(run.method, run.model)
@@ -161,7 +177,7 @@ def elbo_per_token(run, batches, samples: int = 5, seed: int = 0) -> float:
     categorical guides, a mean of ``samples`` estimates otherwise; exact methods (no guide)
     report log p itself."""
     m = get_method(run.method)
-    jb = jax_batches(batches)
+    jb = jax_batches(batches, run)
     model, p = model_and_params(run, jb[0])
     if model.family.deterministic or m.posterior == "none":
         return -nll_per_token(run, batches, seed=seed)
@@ -232,7 +248,7 @@ def mean_support(run, batches) -> tuple[float, float | None]:
     site = declared(run.model, "site")
     total, count, stopped = 0.0, 0, None
     for batch in batches:
-        jb = to_jax(batch, None, MULTIPLE)
+        jb = run_batch(run, batch)
         model, p = model_and_params(run, jb)
         B, T = batch.tgt_out.shape
         if model.family.deterministic:
@@ -261,7 +277,7 @@ def map_alignments(run, batch) -> np.ndarray:
     exact posterior where the model has one, of the attention weights for a deterministic
     family, of q's scores (its mean weights' argmax) otherwise; a selection family's MAP
     selection (the positions it reads) ``[B, T, S]`` bool."""
-    jb = to_jax(batch, None, MULTIPLE)
+    jb = run_batch(run, batch)
     model, p = model_and_params(run, jb)
     B, T = batch.tgt_out.shape
     if model.family.selects:  # the MAP selection, as the Pyro side
@@ -300,7 +316,7 @@ def map_trees(run, batch) -> list[list[int]]:
     model has arc emissions, else the prior's), heads of the real words per pair."""
     from ..trees import DependencyTree
 
-    jb = to_jax(batch, None, MULTIPLE)
+    jb = run_batch(run, batch)
     model, p = model_and_params(run, jb)
     B = batch.size
     scores, lengths = tree_scores(model, p, jb)

@@ -37,7 +37,7 @@ from ...core.progress import progress_bar
 from ...core.schedules import LR_SCHEDULES, batch_order
 from ...core.training import check_resume_steps, training_options
 from ...data.kinds import data_kind
-from ..jax_batches import to_jax
+from ..jax_batches import Shapes, choose_shapes, to_jax
 from ..models.base import (
     constrain,
     exact_token_log_likelihood,
@@ -47,7 +47,7 @@ from ..models.base import (
     unconstrain,
 )
 from .cache import CACHE_ENV, PersistentStep, enable_compilation_cache
-from .evaluate import MULTIPLE, nll_per_token
+from .evaluate import nll_per_token
 from .methods import (
     enumerated_guide_loss,
     get_method,
@@ -246,9 +246,11 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
     check_resume_steps(resume, steps, lr_schedule)
     enable_compilation_cache()
     native = is_numpyro_model(model)
-    rows = max(b.size for b in train)
+    shapes = Shapes.from_record((resume.extra if resume is not None else {}).get("shapes")) \
+        or choose_shapes(list(train) + list(valid or []))
+    rows = shapes.rows
     shard = data_parallel(devices, rows) if devices != 1 else None
-    jtrain = [to_jax(b, rows, MULTIPLE) for b in train]
+    jtrain = [to_jax(b, rows, shapes) for b in train]
     step_args = getattr(model, "step_arguments", None)
     kw0 = dict(step_args(0)) if callable(step_args) else None
     if native:
@@ -285,6 +287,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
                       method_options=dict(m.options),
                       **({"anneal_rho": anneal_rho or m.anneal_rho}
                          if m.anneal_rho is not None else {}))
+    run.extra["shapes"] = shapes.record()  # validation and the tools pad to the same shapes
     start = run.step if resume is not None else 0
     base_key = jax.random.PRNGKey(seed)
     best = run.extra.get("best_valid", float("inf"))
@@ -378,7 +381,7 @@ def fit(model, train, method: str, steps: int | None = None, seed: int = 0, *, s
     elapsed = time.perf_counter() - t0
     run.extra.update(ms_per_step=1000 * elapsed / max(1, steps - start),
                      ms_per_step_compiled=1000 * (elapsed - compile_s) / max(1, steps - start),
-                     shapes=len({(b.src.shape, b.tgt_out.shape) for b in jtrain}),
+                     n_shapes=len({(b.src.shape, b.tgt_out.shape) for b in jtrain}),
                      jax_devices=sorted({f"{d.platform}:{d.id}" for leaf in jax.tree.leaves(raw)
                                          for d in leaf.devices()}))
     if not native:

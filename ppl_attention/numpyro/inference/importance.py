@@ -15,9 +15,8 @@ from ...common.contract import declared
 from ...core.errors import UserError
 from ...core.method_specs import guide_posterior
 from ...core.records import recording
-from ..jax_batches import to_jax
 from ..traces import replay, site_log_prob
-from .evaluate import MULTIPLE, _per_pair, model_and_params
+from .evaluate import _per_pair, model_and_params, run_batch
 
 __all__ = ["importance_arrays", "padded_arrays", "crop"]
 
@@ -37,7 +36,7 @@ def importance_arrays(run, batch, k: int, seed: int = 0, draws=None, wrap_guide=
     """``log_w [K, B]``, ``log_q [K, B]``, ``values [K, B, …]``, ``token_ll [K, B, T]``
     (numpy) of K draws of the run's guide on ``batch``; ``draws`` fixes the guide site's values
     ``[K, …]`` (padded to the jitted batch shape here)."""
-    jb = to_jax(batch, None, MULTIPLE)
+    jb = run_batch(run, batch)
     model, params = model_and_params(run, jb)
     z = None if draws is None else _pad_draws(np.asarray(draws), jb, model.family, batch)
     raw = padded_arrays(model, params, jb, guide_posterior(run.method, run.model), k, seed, z,

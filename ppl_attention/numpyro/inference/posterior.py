@@ -21,7 +21,6 @@ from ...core.method_specs import guide_posterior as _guide_posterior
 from ...core.method_specs import method_spec
 from ...core.records import recording
 from ..distributions import safe_log
-from ..jax_batches import to_jax
 from ..models.base import (
     exact_posterior,
     exact_token_log_likelihood,
@@ -30,7 +29,7 @@ from ..models.base import (
     substitute_params,
 )
 from ..traces import replay, site_log_prob
-from .evaluate import MULTIPLE, jitted, log_importance_weights, model_and_params
+from .evaluate import jitted, log_importance_weights, model_and_params, run_batch
 
 __all__ = ["alignment_arrays", "diagnostic_arrays", "observed_log_likelihood"]
 
@@ -135,7 +134,7 @@ def alignment_arrays(run, batch, num_samples: int, seed: int) -> dict:
     """As :func:`ppl_attention.pyro.inference.posterior.alignment_arrays`, under NumPyro:
     ``prior`` [B, T, S] or None, ``exact`` or None, ``posterior`` draws [K, B, T, S], ``q`` or
     None, ``log_lik`` [K, B, T], ``prior_draws`` [K, B, T, S] (numpy)."""
-    jb = to_jax(batch, None, MULTIPLE)
+    jb = run_batch(run, batch)
     model, params = model_and_params(run, jb)
     caps = capabilities(model)
     fam = model.family
@@ -213,7 +212,7 @@ def diagnostic_arrays(run, batch, num_samples: int, seed: int) -> dict:
     under NumPyro: ``lw`` log importance weights [K, B]; where the model has an exact
     posterior ``exact_ll`` [B, T], ``log_q`` [B, T, S] and ``p_exact`` [B, T, S]; ``draws``
     [K, B, T] (q's draws, as source positions: a continuous family's largest weight)."""
-    jb = to_jax(batch, None, MULTIPLE)
+    jb = run_batch(run, batch)
     model, params = model_and_params(run, jb)
     caps = capabilities(model)
     post = _guide_posterior(run.method, run.model)
