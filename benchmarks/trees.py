@@ -17,7 +17,8 @@ Ratios are ours over the peer's, in the same run.
 added by ``--with-sample``) with ``--encoder-layers`` where given (0: the attention reads the
 source embeddings, Kim et al. 2017's setting), ``--seeds`` seeds, the stated training
 budget; one table of the percentage of target tokens greedy decoding gets right before its
-first error, exact-match accuracy and the UAS of the learned trees (mean ± sd over seeds).
+first error, exact-match accuracy and the UAS of the learned trees (mean ± sd over seeds);
+``--backend`` and ``--weight-decay`` go to ``compare`` as given.
 
     python benchmarks/trees.py --part speed --reps 5
     python benchmarks/trees.py --part transduction --depths 2,4,6 --seeds 3 --out runs/trees
@@ -243,6 +244,10 @@ def transduction(args) -> int:
                "--out", str(out / f"depth{depth}")]
         if args.encoder_layers is not None:  # 0: the attention reads the embeddings (Kim et al.)
             cmd += ["--encoder-layers", str(args.encoder_layers)]
+        if args.backend is not None:
+            cmd += ["--backend", args.backend]
+        if args.weight_decay is not None:
+            cmd += ["--weight-decay", str(args.weight_decay)]
         print(" ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # its table: results.md
         csv = (out / f"depth{depth}" / "results.csv").read_text().splitlines()
@@ -265,6 +270,8 @@ def transduction(args) -> int:
 
     setting = ("" if args.encoder_layers is None else
                f", encoder layers {args.encoder_layers}")
+    setting += "" if args.backend is None else f", {args.backend}"
+    setting += "" if args.weight_decay is None else f", weight decay {args.weight_decay}"
     print(f"\nTree transduction (prefix → infix){setting}, {args.seeds} seeds, "
           f"{args.n_train} training pairs, {args.steps} steps of batch {args.batch_size}, "
           f"hidden {args.hidden}; % of "
@@ -305,6 +312,10 @@ def main(argv=None) -> int:
     p.add_argument("--encoder-layers", type=int, default=None,
                    help="the model's BiLSTM layers (0: the attention reads the source "
                         "embeddings, the paper's setting; default: the model's own)")
+    p.add_argument("--backend", choices=("pyro", "numpyro"),
+                   help="transduction: compare's --backend (default: the model's, Pyro)")
+    p.add_argument("--weight-decay", type=float,
+                   help="transduction: compare's --weight-decay (default: the model's)")
     p.add_argument("--out", default="runs/trees")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--impl", help=argparse.SUPPRESS)
@@ -314,6 +325,11 @@ def main(argv=None) -> int:
     if args.child:
         _child(args)
         return 0
+    given = [flag for flag, v in (("--backend", args.backend),
+                                  ("--weight-decay", args.weight_decay),
+                                  ("--encoder-layers", args.encoder_layers)) if v is not None]
+    if args.part == "speed" and given:
+        p.error(f"{', '.join(given)}: options of --part transduction, not of --part speed")
     return speed(args) if args.part == "speed" else transduction(args)
 
 

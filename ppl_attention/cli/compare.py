@@ -169,10 +169,14 @@ def _sweep(args, exp, jobs, settings, fixed, out: Path) -> int:
         bar.write(msg, file=sys.stderr)
         bar.update()
 
-    # by its importable name (a Ray worker imports it), not a function of this command
-    from ppl_attention.tools.experiment import train_one as train_fn
+    # by its importable name (a Ray worker imports it), not a function of this command; every
+    # job's experiment was checked above
+    import functools
 
-    results = sweep.execute(train_fn, exp, jobs, out, workers=args.jobs, ray_address=args.ray,
+    from ppl_attention.tools.experiment import train_one
+
+    results = sweep.execute(functools.partial(train_one, checked=True), exp, jobs, out,
+                            workers=args.jobs, ray_address=args.ray,
                             cpus_per_job=args.cpus_per_job, on_done=on_done)
     bar.close()
     sweep.against_nuts(out, jobs, results)

@@ -67,7 +67,7 @@ def cmd_train(args) -> int:
     distributed = _distributed()
     try:
         _, report = train_one(exp, args.method, args.seed, Path(args.out),
-                              distributed=distributed)
+                              distributed=distributed, checked=True)
     finally:
         if distributed is not None:
             distributed.stop()

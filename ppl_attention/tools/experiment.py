@@ -253,9 +253,13 @@ def _checked_extra(model, rep) -> dict:
 
 
 def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool = True,
-              distributed=None) -> tuple[Run, dict | None]:
+              distributed=None, checked: bool = False) -> tuple[Run, dict | None]:
     """Train ``exp`` by ``method`` with ``seed`` into the run directory ``out`` (resuming it
-    when ``exp.resume`` and it holds a run), then score the best weights on the test split."""
+    when ``exp.resume`` and it holds a run), then score the best weights on the test split.
+    ``checked``: the caller has run :func:`check_experiment` on ``exp`` with this method
+    (``train`` and ``compare`` do, before any work); otherwise it runs here, once."""
+    if not checked:
+        check_experiment(exp, [method])
     cls = exp.model_class()
     kind = data_kind(declared(cls, "data"))
     source = exp.source()
@@ -263,11 +267,8 @@ def train_one(exp: Experiment, method: str, seed: int, out: Path, progress: bool
         source["data_dir"] = exp.data_dir_record
     if is_global_method(method):
         return _train_global(exp, cls, kind, source, method, seed, out, progress)
-    m = method_spec(method)
-    check_method(cls, m)
     backend_name = exp.backend_name()
     backend = get_backend(backend_name)
-    backend.check(cls, method)
     opts = training_options(cls, **exp.training)
     data = kind.load(exp.source())
     resume = None
