@@ -46,6 +46,10 @@ COLUMNS = ["nll_per_token", "elbo_per_token", "aer", "ms_per_step"]
 #: frames (``durations``)
 DECODE_COLUMNS = ["prefix_accuracy", "sequence_accuracy", "uas", "segment_f1",
                   "frame_accuracy", "support"]
+#: …and where a run compiles (NumPyro): its compiled step's time, its compile time and count
+COMPILE_COLUMNS = ["ms_per_step_compiled", "compile_seconds", "compilations"]
+COMPILE_HEADS = {"ms_per_step_compiled": "compiled ms/step", "compile_seconds": "compile s",
+                 "compilations": "compilations"}
 #: …and for the methods of global latents (MCMC and SVI against it)
 GLOBAL_COLUMNS = ["seconds", "rhat_max", "ess_bulk_min", "ess_tail_min", "divergences",
                   "vs_nuts_mean_error_sd", "vs_nuts_sd_ratio", "vs_nuts_w1_sd"]
@@ -535,7 +539,9 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
     columns = LABEL_COLUMNS if labelled else COLUMNS
     extra_cols = [] if labelled else ["floor_nll_per_token"]
     decoded = [c for c in DECODE_COLUMNS if any(c in rep for rep in reports)]
-    extra_cols += decoded
+    compiled = [] if labelled else \
+        [c for c in COMPILE_COLUMNS if any(c in rep for rep in reports)]
+    extra_cols += decoded + compiled
     csv = [",".join(["method", "seed", *keys, "status", *([] if labelled else ["exact"]),
                      *columns, *extra_cols, "error"])]
     for job, res in zip(jobs, results):
@@ -558,7 +564,7 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         curves.setdefault(label, ok[0][1]["history"])
         summary.append({"method": label, "exact": reps[0].get("exact"), "n": len(ok),
                         **{c: mean_sd([r.get(c) for r in reps])
-                           for c in columns + decoded + ["cal_p_min", "cal_cov_90"]
+                           for c in columns + decoded + compiled + ["cal_p_min", "cal_cov_90"]
                            + GLOBAL_COLUMNS}})
 
     def fmt(v, digits=3):
@@ -582,9 +588,11 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
                  "uas": "UAS", "segment_f1": "segment F1", "frame_accuracy": "frame accuracy",
                  "support": "mean support"}
         md += ["| method | NLL/token | exact | ELBO/token | AER | ms/step |"
+               + "".join(f" {COMPILE_HEADS[c]} |" for c in compiled)
                + "".join(f" {heads[c]} |" for c in decoded)
                + (" calibration min p | coverage 90 % |" if cal else ""),
-               "|---|---|---|---|---|---|" + "---|" * len(decoded) + ("---|---|" if cal else "")]
+               "|---|---|---|---|---|---|" + "---|" * (len(compiled) + len(decoded))
+               + ("---|---|" if cal else "")]
     gone = [(j, r) for j, r in zip(jobs, results) if r["status"] == "diverged"]
     gone_steps = {}
     for j, r in gone:
@@ -607,6 +615,8 @@ def write_results(out: Path, jobs: list[Job], results: list[dict], title: str,
         md.append(f"| {s['method']}{seeds_note} | {fmt(s['nll_per_token'])} | {bound} | "
                   f"{fmt(s['elbo_per_token'])} | {fmt(s['aer'])} | "
                   f"{fmt(s['ms_per_step'], 1)} |"
+                  + "".join(f" {fmt(s[c], 0 if c == 'compilations' else 1)} |"
+                            for c in compiled)
                   + "".join(f" {fmt(s[c])} |" for c in decoded)
                   + (f" {fmt(s['cal_p_min'])} | {fmt(s['cal_cov_90'])} |" if cal else ""))
     columns_in_table = md[2].count("|") - 1

@@ -208,6 +208,12 @@ def _through_every_tool(compared, data_dir, spec, capsys, tmp_path):
             (compared / "results.csv").read_text().splitlines()[1:]}
     assert set(rows) == {"exact", "vae-enum", "hard-enum"}
     assert all(r[2] == "ok" for r in rows.values())
+    head = (compared / "results.csv").read_text().splitlines()[0].split(",")
+    for r in rows.values():  # each run's compilations, one per shape it recorded
+        assert 1 <= int(r[head.index("compilations")]) <= 4
+        assert float(r[head.index("compile_seconds")]) > 0
+    assert "| compiled ms/step | compile s | compilations |" in \
+        (compared / "results.md").read_text()
     run = compared / "runs" / "vae-enum-seed0"
     config = json.loads((run / "config.json").read_text())
     assert config["train"]["backend"] == "numpyro" and config["model_class"] == spec
