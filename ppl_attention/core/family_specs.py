@@ -247,6 +247,28 @@ class Configured:
         return {k: v for k, v in cfg.items() if not (k in needs and not cfg.get(needs[k]))}
 
 
+def family_registry(base: type, module: str) -> dict[str, type]:
+    """A backend's ``{name: class}`` of families, derived from :data:`FAMILY_SPECS`: the
+    subclasses of ``base`` defined in ``module`` that declare their own ``spec``, in the specs'
+    order. Refused (a defect of the backend, raised at its import) unless every spec has
+    exactly one class there and every such class a spec of the table."""
+    found: dict[str, list[type]] = {}
+    todo = list(base.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        spec = cls.__dict__.get("spec")
+        if spec is not None and cls.__module__ == module:
+            found.setdefault(spec.name, []).append(cls)
+    unknown = sorted(set(found) - set(FAMILY_SPECS))
+    missing = [n for n in FAMILY_SPECS if n not in found]
+    twice = sorted(n for n, c in found.items() if len(c) > 1)
+    if unknown or missing or twice:
+        raise RuntimeError(f"{module}: the families do not match core/family_specs.py "
+                           f"(no spec: {unknown}; no class: {missing}; two classes: {twice})")
+    return {name: found[name][0] for name in FAMILY_SPECS}
+
+
 def family_spec(name: str) -> FamilySpec:
     try:
         return FAMILY_SPECS[name]

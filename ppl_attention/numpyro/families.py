@@ -18,7 +18,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from ..core.errors import UserError
-from ..core.family_specs import FAMILY_SPECS, Configured, FamilySpec
+from ..core.family_specs import FAMILY_SPECS, Configured, FamilySpec, family_registry
 from ..core.numerics import LOG_ZERO
 from ..structures import jax_ops
 from ..structures.entmax import entmax, entmax_bisect, sparsemax
@@ -783,11 +783,8 @@ class TreeMarginals(_TreeAttention):
         return None
 
 
-FAMILIES = {cls.name: cls for cls in (Soft, Sparsemax, Entmax, Categorical, SparseCategorical,
-                                      RelaxedCategorical, Dirichlet, Weibull,
-                                      LogNormal, GaussianContext, MarkovCategorical, SegmentCRF,
-                                      Segments, SegmentMarginals, Spans, SpanMarginals, Tree,
-                                      TreeMarginals)}
+#: every family of this backend, by name: derived from core/family_specs.py's table
+FAMILIES: dict[str, type[Family]] = family_registry(Family, __name__)
 
 
 def make_family(family=None, *, key_dim: int | None = None, **options) -> Family:

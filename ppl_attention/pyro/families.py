@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import UserError
-from ..core.family_specs import FAMILY_SPECS, Configured, FamilySpec
+from ..core.family_specs import FAMILY_SPECS, Configured, FamilySpec, family_registry
 from ..core.numerics import LOG_ZERO
 from ..structures import torch_ops
 from ..structures.entmax import entmax, entmax_bisect, sparsemax
@@ -967,12 +967,8 @@ class TreeMarginals(_TreeAttention):
         return None
 
 
-FAMILIES: dict[str, type[Family]] = {
-    cls.name: cls
-    for cls in (Soft, Sparsemax, Entmax, Categorical, SparseCategorical, RelaxedCategorical,
-                Dirichlet, Weibull, LogNormal, GaussianContext, MarkovCategorical, SegmentCRF,
-                Segments, SegmentMarginals, Spans, SpanMarginals, Tree, TreeMarginals)
-}
+#: every family of this backend, by name: derived from core/family_specs.py's table
+FAMILIES: dict[str, type[Family]] = family_registry(Family, __name__)
 
 
 def make_family(family=None, *, key_dim: int | None = None, **options) -> Family:
