@@ -10,14 +10,18 @@ from ..core import xla_flags  # noqa: F401  (XLA_FLAGS before JAX's backend star
 from . import distributions, families, kl, scores
 from .attend import attend, broadcast_source_mask
 from .crfs import CTC, LinearChainCRF, SemiMarkovCRF, TreeCRF
+from .distributions import MaskedDirichlet, MaskedRelaxedCategorical
 from .families import (
+    FAMILIES,
     Categorical,
     Dirichlet,
     Entmax,
     Family,
     GaussianContext,
     LogNormal,
+    MarkovCategorical,
     RelaxedCategorical,
+    SegmentCRF,
     SegmentMarginals,
     Segments,
     Soft,
@@ -29,6 +33,17 @@ from .families import (
     TreeMarginals,
     Weibull,
     make_family,
+    masked_softmax,
+)
+from .scores import (
+    SCORES,
+    AdditiveScore,
+    BiaffineArcScore,
+    BilinearScore,
+    DotScore,
+    MultiHeadScore,
+    ScaledDotScore,
+    make_score,
 )
 from .sparse import SparseMAP, SparsemaxCategorical
 from .trees import DependencyTree
@@ -51,4 +66,7 @@ __all__ = ["attend", "broadcast_source_mask", "distributions", "families", "kl",
            "SparsemaxCategorical", "SparseMAP",
            "DependencyTree",
            "LinearChainCRF", "SemiMarkovCRF", "CTC", "TreeCRF",
-           "make_family"]
+           "make_family", "FAMILIES", "MarkovCategorical", "SegmentCRF", "MaskedDirichlet",
+           "MaskedRelaxedCategorical", "masked_softmax", "SCORES", "make_score",
+           "AdditiveScore", "BilinearScore", "DotScore", "ScaledDotScore", "MultiHeadScore",
+           "BiaffineArcScore"]
