@@ -12,8 +12,8 @@ It prints the tables with the device's name and the commit; ``--write`` also put
 docs/results.md (the section between the ``gpu-column`` markers) and writes the GPU rule of
 ``MonotonicAlignment``'s ``"auto"`` path — the smallest T from which the scan beat the banded
 recursion on this GPU, and the largest S where it did — into
-``ppl_attention/core/gpu_rule.json``, which ``core/chain_paths.py`` reads. Every step has a
-time limit; a step that fails says so in its table and the others still run.
+``ppl_attention/structures/gpu_rule.json``, which ``structures/chain_paths.py`` reads. Every
+step has a time limit; a step that fails says so in its table and the others still run.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
         doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
                      flags=re.S) if BEGIN in doc else doc.rstrip() + "\n\n" + block + "\n"
         results.write_text(doc)
-        rule_file = ROOT / "ppl_attention" / "core" / "gpu_rule.json"
+        rule_file = ROOT / "ppl_attention" / "structures" / "gpu_rule.json"
         measured = rule or {"min_T": 10**9, "max_S": 0}
         rule_file.write_text(json.dumps({**measured, "measured_on": f"{name}, {commit}"},
                                         indent=1) + "\n")

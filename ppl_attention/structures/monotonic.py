@@ -29,7 +29,7 @@ Two ways to compute them, equal to float precision (tested against each other an
 
 ``"auto"`` takes the banded recursion on a CPU — measured faster there at every size, long chains
 of few states included (``benchmarks/structured.py``; docs/results.md) — and the parallel scan
-on an accelerator by the rule of :mod:`ppl_attention.core.chain_paths`.
+on an accelerator by the rule of :mod:`ppl_attention.structures.chain_paths`.
 
 Exact posterior marginals are ∂ log p(y | x) / ∂ emissions; the Viterbi path the gradient of the
 max-plus semiring's value; exact posterior draws by forward filtering, backward sampling.
@@ -38,9 +38,9 @@ Nothing here imports torch or JAX: ``ops`` is a backend's operation table.
 
 from __future__ import annotations
 
-from ..core.chain_paths import choose_path
 from ..core.errors import UserError
 from ..core.numerics import LOG_ZERO
+from .chain_paths import choose_path
 from .linear_chain import chain_forward
 from .semirings import LOG, MAX
 

@@ -117,7 +117,7 @@ def test_the_gpu_rule_of_auto_comes_from_the_measurement_once_it_exists(tmp_path
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu
 
-    from ppl_attention.core import chain_paths
+    from ppl_attention.structures import chain_paths
 
     cells = [{"n": 128, "S": 128, "banded": [5.0, 1], "parallel": [9.0, 1]},
              {"n": 512, "S": 128, "banded": [20.0, 1], "parallel": [8.0, 1]},

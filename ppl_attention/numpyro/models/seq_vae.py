@@ -30,8 +30,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ...common.seq_vae_options import ANNEALING, OPTION_HELP, check_family, check_options
 from ...core.errors import UserError
-from ...core.seq_vae_options import ANNEALING, OPTION_HELP, check_family, check_options
 from ..attend import attend
 from ..families import Family, from_torch_family, make_family
 from ..nn import (

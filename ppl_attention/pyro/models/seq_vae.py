@@ -45,8 +45,8 @@ import torch.nn.functional as F
 from pyro.infer.util import is_validation_enabled
 from torch import nn
 
+from ...common.seq_vae_options import ANNEALING, OPTION_HELP, check_family, check_options
 from ...core.errors import UserError
-from ...core.seq_vae_options import ANNEALING, OPTION_HELP, check_family, check_options
 from ..attend import attend
 from ..distributions import categorical_draws
 from ..families import Family, make_family

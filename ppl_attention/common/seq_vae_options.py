@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import UserError
+from ..core.errors import UserError
 
 __all__ = ["ENCODERS", "DECODERS", "ATTENTION", "MEMORIES", "Z_INPUTS", "ANNEALING",
            "OPTION_HELP", "check_options", "check_family"]
