@@ -31,6 +31,9 @@ def get_backend(name: str):
     try:
         return importlib.import_module(BACKENDS[name])
     except ImportError as e:
+        missing = (getattr(e, "name", None) or "").split(".")[0]
+        if missing == "ppl_attention":  # a defect of the package, not a missing install
+            raise
         raise UserError(f"--backend {name} needs {_INSTALL[name]} ({e})") from None
 
 
