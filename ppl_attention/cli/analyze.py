@@ -268,6 +268,11 @@ def cmd_diagnose(args) -> int:
 
     if args.num_samples < 2:
         raise UserError(f"--num-samples must be at least 2, got {args.num_samples}")
+    if args.out:  # checked, and its folder made, before any work (as analyze and calibrate do)
+        out = Path(args.out)
+        if out.is_dir():
+            raise UserError(f"--out {out}: is a folder; give the table's file name")
+        out.parent.mkdir(parents=True, exist_ok=True)
     runs, left_out = [], []
     for path in args.runs:  # every run and its data checked before any work
         run = load_run(path, args)

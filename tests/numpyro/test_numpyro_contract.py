@@ -257,8 +257,8 @@ def _through_every_tool(compared, data_dir, spec, capsys, tmp_path):
         assert get_log_likelihood(idata, var_name="y").dims == ("chain", "draw", "token")
     # diagnose: KL(exact ‖ q) ≥ 0 and log p − ELBO ≥ 0 (up to the draws)
     assert main(["diagnose", str(run), str(compared / "runs" / "hard-enum-seed0"),
-                 "--num-samples", "20", "--out", str(tmp_path / "d.md")]) == 0
-    diag = json.loads((tmp_path / "d.json").read_text())
+                 "--num-samples", "20", "--out", str(tmp_path / "new" / "d.md")]) == 0
+    diag = json.loads((tmp_path / "new" / "d.json").read_text())  # its folder made
     assert all(d["kl_exact_q"] >= -1e-6 and d["log_lik_exact"] for d in diag)
     assert all(d["elbo_gap"] >= -0.05 for d in diag)  # ELBO ≤ log p, up to draws
 
