@@ -435,17 +435,28 @@ def calibrate(run, pairs, gold=None, num_sims: int = 200, draws: int = 99, seed:
                     "joint log p": _joint_pits(arrays, draws, rng, prefix="exact_")}
         rows.append(_row("exact", pits, cov))
     out = {"method": run.method, "backend": run.backend, "num_sims": num_sims, "draws": draws,
-           "seed": seed, "levels": list(LEVELS), "rows": rows, "gold_coverage": None}
+           "seed": seed, "levels": list(LEVELS), "rows": rows, "gold_coverage": None,
+           "gold_coverage_why": "no gold links given (a test.align beside the data)"}
     if gold is not None:
         real = make_batches(pairs, run.src_vocab, run.tgt_vocab, 64, gold=gold, array=kind)
         if getattr(fam, "tree", False) or getattr(fam, "selects", False):
             real = []  # gold links align target tokens, not tree heads; a selection: its parts
+            over = "trees (heads of source words)" if getattr(fam, "tree", False) else \
+                "selections of source parts"
+            out["gold_coverage_why"] = (
+                f"the {fam.name} family's posterior is over {over}, not one source position "
+                f"per target token, so a credible set of positions per token (what the gold "
+                f"links are checked against) is not defined for it")
         probs = [ops.calibration_probs(run, b) for b in real]
         gold_sets = [[gold[i] for i in b.index.tolist()] for b in real]
         rm = [np.asarray(b.tgt_mask) for b in real]
         out["gold_coverage"] = {k: _gold_coverage([p[k] for p in probs], gold_sets, rm)
                                 for k in ("q_probs", "exact_probs")
                                 if probs and all(k in p for p in probs)} or None
+        if out["gold_coverage"] is not None:
+            out["gold_coverage_why"] = None
+        elif real:
+            out["gold_coverage_why"] = "the run gives no per-token position probabilities"
     return out
 
 
@@ -489,6 +500,8 @@ def write_report(result: dict, out: Path) -> list[Path]:
              f"1 − {ALPHA} / k.", "",
              *table([result])]
     gold = result.get("gold_coverage")
+    if not gold and result.get("gold_coverage_why"):
+        lines += ["", f"Coverage of the gold links: not computed — {result['gold_coverage_why']}."]
     if gold:
         lines += ["", "Coverage of the gold links (real targets):", "",
                   "| posterior | " + " | ".join(f"{lv:.0%}" for lv in LEVELS) + " |",

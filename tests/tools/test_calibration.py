@@ -157,7 +157,8 @@ def test_calibrate_command_and_compare_columns(trained, tmp_path, capsys):
     assert main(["calibrate", str(trained / "runs" / "vae-enum-seed0"), "--num-sims", "20",
                  "--draws", "9", "--out", str(out)]) == 0
     assert "| vae-enum | exact |" in capsys.readouterr().out
-    assert json.loads((out / "calibration.json").read_text())["gold_coverage"] is not None
+    res = json.loads((out / "calibration.json").read_text())
+    assert res["gold_coverage"] is not None and res["gold_coverage_why"] is None
     assert main(["calibrate", str(trained / "runs" / "vae-enum-seed0"), "--num-sims",
                  "5"]) == 2
     assert "--num-sims must be an int ≥ 10" in capsys.readouterr().err
