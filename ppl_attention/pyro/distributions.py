@@ -23,7 +23,14 @@ def categorical_draws(probs: torch.Tensor, num_samples: int,
                       generator: torch.Generator | None = None) -> torch.Tensor:
     """``num_samples`` draws with replacement from each row of ``probs [N, S]`` → ``[N, K]``
     on ``probs``' device. With a ``generator`` they are drawn where it lives (a CPU generator
-    gives the same draws on every device), as ``torch.multinomial`` needs."""
+    gives the same draws on every device), as ``torch.multinomial`` needs. A row with no mass
+    (a padded or end-of-sequence token, where a model's ``exact_posterior`` may be all 0) draws
+    position 0, which the target mask then drops — as NumPyro's categorical draws do."""
+    empty = probs.sum(-1) == 0
+    if bool(empty.any()):
+        probs = probs.clone()
+        probs[empty] = 0
+        probs[empty, 0] = 1
     if generator is None or generator.device == probs.device:
         return torch.multinomial(probs, num_samples, replacement=True, generator=generator)
     on_generator = probs.to(generator.device)
