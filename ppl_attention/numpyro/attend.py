@@ -12,6 +12,7 @@ import numpyro
 
 from ..core.errors import NonFiniteScores, UserError
 from ..core.records import AttendRecord, record, recording
+from ..core.site_shapes import check_site_plates
 from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord", "FAMILY_PARAM"]
@@ -64,6 +65,14 @@ def _check_inputs(scores, values) -> None:
                               f"entries")
 
 
+def _plates() -> list:
+    """``(name, dim, size)`` of each plate around the call (NumPyro's handler stack)."""
+    from numpyro.primitives import _PYRO_STACK
+
+    return [(h.name, h.dim, h.subsample_size) for h in _PYRO_STACK
+            if isinstance(h, numpyro.plate)]
+
+
 def attend(name: str, scores, values, family: Family | str | None = None, mask=None, *,
            guide: bool = False, keys=None, target_mask=None, scale=None, infer: dict | None = None,
            params=None, attention=None):
@@ -90,6 +99,7 @@ def attend(name: str, scores, values, family: Family | str | None = None, mask=N
         raise UserError(f"attention= is for the tree families (their scores are arc scores); "
                         f"the {family.name!r} family takes its scores as scores")
     _check_inputs(scores, values)
+    check_site_plates(name, tuple(scores.shape), _plates())
     mask = broadcast_source_mask(mask, scores)
     if keys is None:
         keys = values

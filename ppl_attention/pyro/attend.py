@@ -18,6 +18,7 @@ from pyro.infer.util import is_validation_enabled
 
 from ..core.errors import NonFiniteScores, UserError
 from ..core.records import AttendRecord, record, recording
+from ..core.site_shapes import check_site_plates
 from .families import Family, make_family
 
 __all__ = ["attend", "broadcast_source_mask", "recording", "AttendRecord"]
@@ -152,6 +153,8 @@ def attend(
         raise UserError(f"attention= is for the tree families (their scores are arc scores); "
                         f"the {family.name!r} family takes its scores as scores")
     _check_inputs(scores, values)
+    check_site_plates(name, tuple(scores.shape),
+                      [(f.name, f.dim, f.size) for f in pyro.poutine.runtime.get_plates()])
     mask = broadcast_source_mask(mask, scores)
     if keys is None:
         keys = values

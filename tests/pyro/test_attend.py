@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pyro.infer import Trace_ELBO, TraceEnum_ELBO, TraceGraph_ELBO, infer_discrete
 
 import ppl_attention as pa
+from ppl_attention.core.errors import UserError
 
 D = torch.float64
 
@@ -274,3 +275,25 @@ def test_bad_target_mask():
     with pytest.raises(ValueError, match="target_mask of shape"):
         with pyro.plate("b", 2, dim=-2), pyro.plate("t", 3, dim=-1):
             _call(family=pa.Categorical(), target_mask=torch.ones(5, dtype=torch.bool))
+
+
+def test_scores_of_one_row_per_sentence_are_refused_naming_the_plate():
+    """``[B, S]`` scores where ``[B, T, S]`` was meant: refused by ``attend`` naming the site,
+    the shape and the plate (it was Pyro's generic plate message), on both backends."""
+    import jax.numpy as jnp
+    import numpyro
+
+    import ppl_attention.numpyro as pn
+
+    B, T, S = 4, 3, 5
+    with pyro.plate("batch", B, dim=-2), pyro.plate("target", T, dim=-1):
+        pa.attend("ok", torch.randn(B, T, S), torch.randn(B, 1, S, 2), "categorical")
+        with pytest.raises(UserError, match=r"attend\('z'\): scores \[4, 5\] .* plate "
+                                             r"'target' has size 3"):
+            pa.attend("z", torch.randn(B, S), torch.randn(B, S, 2), "categorical")
+    with numpyro.handlers.seed(rng_seed=0), numpyro.plate("batch", B, dim=-2), \
+            numpyro.plate("target", T, dim=-1):
+        pn.attend("ok", jnp.zeros((B, T, S)), jnp.zeros((B, 1, S, 2)), "categorical")
+        with pytest.raises(UserError, match=r"attend\('z'\): scores \[4, 5\] .* plate "
+                                             r"'target' has size 3"):
+            pn.attend("z", jnp.zeros((B, S)), jnp.zeros((B, S, 2)), "categorical")
