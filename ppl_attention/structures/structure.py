@@ -63,7 +63,10 @@ class Structure(Trainable):
         self.lengths = ops.lengths_of(lengths, self.batch_shape, n, log_potentials)
         if self.lengths is None:
             raise UserError(f"{self.name}: lengths of shape {tuple(np.shape(lengths))} do not fit "
-                            f"the batch shape {self.batch_shape}")
+                            f"the batch shape {self.batch_shape}: log_potentials of shape "
+                            f"{tuple(log_potentials.shape)} are read as batch "
+                            f"{self.batch_shape} + event {self.event_shape} (the last "
+                            f"{self.event_dims} axes) — is an event axis missing?")
         concrete = ops.concrete(self.lengths)
         if concrete is not None and concrete.size and (concrete.min() < 1 or concrete.max() > n):
             raise UserError(f"{self.name}: lengths must lie in 1 … {n}, got "

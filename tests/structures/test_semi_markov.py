@@ -82,6 +82,10 @@ def test_bad_input_is_refused_in_one_line(backend):
         make(backend, np.zeros((3, 2, 2, 3)))
     with pytest.raises(UserError, match=r"lengths must lie in 1 … 3"):
         make(backend, np.zeros((2, 3, 2, 2, 2)), np.array([3, 4]))
+    # the segment-length axis forgotten: [B, n, t, t] with lengths [B] names the reading
+    with pytest.raises(UserError, match=r"read as batch \(\) \+ event \(4, 6, 3, 3\) .* is "
+                                        r"an event axis missing\?"):
+        make(backend, np.zeros((4, 6, 3, 3)), np.array([6, 5, 4, 3]))
     d = make(backend, np.zeros((1, 4, 2, 2, 2)), np.array([3]))
     ok = np.array([segments_to_event([(0, 1, 1), (2, 2, 0)], 4, 2, 2)])
     assert np.isfinite(arr(d.log_prob(conv(backend, ok)))).all()
