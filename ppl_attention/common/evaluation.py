@@ -42,7 +42,8 @@ def evaluate(run, batches: list, gold: list | None = None,
     first error — and ``sequence_accuracy`` (exact match), for models with ``predictive``.
     ``segments`` (gold whose links are one source segment per target token: the ``phrases``
     task) adds ``segment_precision``, ``segment_recall`` and ``segment_f1`` of the MAP
-    links' segments (:func:`~ppl_attention.common.metrics.segment_scores`); ``frames`` (gold
+    links' segments (:func:`~ppl_attention.common.metrics.segment_scores`) — and so does any
+    gold for a run whose family ``selects`` (segments, spans), whatever the corpus; ``frames`` (gold
     with one source label per target frame: ``durations``) adds ``frame_accuracy``.
     ``importance`` (``{"samples": K, "threshold": t}``) adds the evaluation by the guide's
     importance-corrected posterior
@@ -78,7 +79,7 @@ def evaluate(run, batches: list, gold: list | None = None,
         links = ops.alignment_links(run, batches)
         idx = sorted(links)
         report["aer"] = aer([links[i] for i in idx], [gold[i] for i in idx])
-        if segments:
+        if segments or getattr(run.model.family, "selects", False):
             report.update(segment_scores([links[i] for i in idx], [gold[i] for i in idx]))
         if frames:
             report["frame_accuracy"] = frame_accuracy([links[i] for i in idx],

@@ -74,3 +74,26 @@ def test_every_tool_reads_the_constituency_selection(tmp_path, backend):
     drawn = az.from_netcdf(str(tmp_path / "an" / "posterior.nc")).posterior["alignment"].values
     real = drawn[~np.isnan(drawn)]  # NaN on padding; each draw: its tree's weights
     assert real.size and np.isfinite(real).all() and (real >= 0).all()
+
+
+def test_segment_f1_from_any_corpus(tmp_path):
+    """A selection family's segmentation F1 is reported from any gold, not only under
+    ``--task phrases``: the same test split as a ``--data-dir`` corpus and as ``--data F --gold
+    F.align`` gives the task's figures to the digit."""
+    from ppl_attention.data import write_pharaoh, write_tsv
+
+    run = tmp_path / "run"
+    _cli(["train", "--task", "phrases", "--n-train", "200", "--method", "segments-marginals",
+          "--steps", "20", "--valid-every", "20", "--hidden", "16", "--out", str(run)])
+    task = json.loads(_cli(["evaluate", str(run), "--json"]))
+    test = make_task("phrases", n_train=200).test
+    data = tmp_path / "corpus"
+    data.mkdir()
+    write_tsv(data / "test.tsv", test.pairs)
+    write_pharaoh(data / "test.align", test.gold)
+    corpus = json.loads(_cli(["evaluate", str(run), "--data-dir", str(data), "--json"]))
+    files = json.loads(_cli(["evaluate", str(run), "--data", str(data / "test.tsv"), "--gold",
+                             str(data / "test.align"), "--json"]))
+    for rep in (corpus, files):
+        for key in ("segment_precision", "segment_recall", "segment_f1", "aer"):
+            assert rep[key] == pytest.approx(task[key], abs=1e-12), key
