@@ -310,8 +310,13 @@ def diag(x, offset: int):
 
 
 def solve(a, b):
-    """x with a x = b for square ``a [..., n, n]`` and ``b [..., n]``."""
-    return jnp.linalg.solve(a, b[..., None])[..., 0]
+    """x with a x = b for square ``a [..., n, n]`` and ``b [..., n]``; where ``a`` is singular
+    (its LU solution not finite), the least-squares solution of least norm (the
+    pseudo-inverse's)."""
+    x = jnp.linalg.solve(a, b[..., None])[..., 0]
+    bad = ~jnp.isfinite(x).all(-1)
+    return jax.lax.cond(bad.any(), lambda: jnp.where(
+        bad[..., None], (jnp.linalg.pinv(a) @ b[..., None])[..., 0], x), lambda: x)
 
 
 def eps(like) -> float:

@@ -62,7 +62,8 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "clip": (("x", "low", "high"), "x clipped to [low, high]"),
     "maximum": (("x", "value"), "elementwise max(x, value)"),
     "floor_at": (("x", "value"), "max(x, value)"),
-    "solve": (("a", "b"), "x with a x = b, a [..., n, n], b [..., n]"),
+    "solve": (("a", "b"), "x with a x = b, a [..., n, n], b [..., n] (a singular: the "
+              "least-squares solution of least norm)"),
     # differentiation
     "grad": (("f", "x"), "∂ Σ f(x) / ∂x"),
     "stop_gradient": (("x",), "x, with no gradient through it"),

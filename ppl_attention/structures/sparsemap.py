@@ -148,6 +148,10 @@ def sparsemap(ops, theta, argmax, event_dims: int, max_active: int = DEFAULT_MAX
         free = ~working
         has_free = free.sum(-1) > 0
         slot = ops.argmax(ops.cast_like(free, th), -1)  # the first free slot
+        # a structure already in the set cannot improve on μ (the gap was rounding): optimal
+        same = ops.cast_like(events != z[:, None], th).sum(-1) == 0  # [N, K]
+        again = (working & same).sum(-1) > 0
+        gap = ops.where(again, ops.full_like(gap, 0.0), gap)
         put = (gap > tol) & has_free  # [N]
         at = (slots[None, :] == slot[:, None]) & put[:, None]  # [N, K]
         events1 = ops.where(at[:, :, None], ops.broadcast_to(z[:, None], (N, K, D)), events)

@@ -338,8 +338,13 @@ def diag(x, offset: int):
 
 
 def solve(a, b):
-    """x with a x = b for square ``a [..., n, n]`` and ``b [..., n]``."""
-    return torch.linalg.solve(a, b)
+    """x with a x = b for square ``a [..., n, n]`` and ``b [..., n]``; where ``a`` is singular,
+    the least-squares solution of least norm (the pseudo-inverse's)."""
+    x, info = torch.linalg.solve_ex(a, b)
+    bad = info != 0
+    if bool(bad.any()):
+        x = torch.where(bad[..., None], (torch.linalg.pinv(a) @ b[..., None])[..., 0], x)
+    return x
 
 
 def eps(like) -> float:

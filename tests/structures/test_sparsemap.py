@@ -229,3 +229,21 @@ def jax_kl(q, p):
     from numpyro.distributions.kl import kl_divergence
 
     return kl_divergence(q, p)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_singular_working_set_is_solved_by_least_norm(backend):
+    """The KKT system of an affinely dependent working set is singular (LU fails: it stopped a
+    tree-sparsemap run in training); ``solve`` then gives the least-squares solution of least
+    norm, and leaves the regular rows of the batch as LU solves them."""
+    a = np.array([[[1.0, 1.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 4.0]]])
+    b = np.array([[2.0, 2.0], [2.0, 2.0]])
+    if backend == "pyro":
+        from ppl_attention.structures import torch_ops as ops
+
+        x = ops.solve(torch.tensor(a), torch.tensor(b)).numpy()
+    else:
+        from ppl_attention.structures import jax_ops as ops
+
+        x = np.asarray(ops.solve(jnp.asarray(a), jnp.asarray(b)))
+    np.testing.assert_allclose(x, [[1.0, 1.0], [1.0, 0.5]], atol=1e-12)
