@@ -183,7 +183,7 @@ class Run:
         native = model_backend(model_class) == "numpyro"
         samples = None
         family = get_backend("numpyro" if native else "pyro").method_family(
-            cfg["method"], model_class, cfg.get("method_options"))
+            cfg["method"], model_class, cfg["train"].get("method_options"))
         try:
             model = model_class(**cfg["model"], family=family)
         except TypeError as e:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .errors import UserError
-from .family_specs import FamilySpec, family_spec
+from .family_specs import FAMILY_SPECS, FamilySpec, family_spec
 
 OBJECTIVES = ("Trace_ELBO", "TraceEnum_ELBO", "TraceGraph_ELBO", "TraceMeanField_ELBO",
               "ReweightedWakeSleep", "ScoreFunctionKL_ELBO")
@@ -116,6 +116,8 @@ METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
     MethodOption("imle_lambda", float, "implicit MLE's λ: the target distribution θ − λ·∂loss/∂z",
                  0, exclusive=True),
     MethodOption("max_active", int, "SparseMAP's slots: the most structures q holds", 1),
+    MethodOption("max_len", int, "the longest segment a segment family selects (Segments, "
+                 "SegmentMarginals)", 1),
     MethodOption("alpha", float, "α of α-entmax (above 1; 1.5 and 2 exact by sorting, others "
                  "by bisection)", 1, exclusive=True),
     MethodOption("learn_alpha", bool, "learn α of α-entmax, from --alpha (bisection)"),
@@ -123,7 +125,7 @@ METHOD_OPTIONS: dict[str, MethodOption] = {o.name: o for o in [
 
 #: the method options of the alignment methods (the rest are the global methods')
 ALIGNMENT_OPTIONS = ("temperature", "noise_distribution", "noise_scale", "imle_lambda",
-                     "max_active", "alpha", "learn_alpha")
+                     "max_active", "max_len", "alpha", "learn_alpha")
 
 @dataclass(frozen=True)
 class MethodSpec:
@@ -250,27 +252,35 @@ _RELAXED = {"temperature": 1.0, **_PERTURBATION}
 _IMLE = {"imle_lambda": 10.0, **_PERTURBATION}
 
 
-def _structured_ways(prefix: str, family: str, what: str, max_active: int = 10
-                     ) -> list[MethodSpec]:
+#: a segment family's longest segment, an option of the segment methods (its default the
+#: family's)
+_MAX_LEN = {"max_len": FAMILY_SPECS["segments"].params["max_len"][0]}
+
+
+def _structured_ways(prefix: str, family: str, what: str, max_active: int = 10,
+                     family_params: dict | None = None) -> list[MethodSpec]:
     """SparseMAP (``max_active`` slots by default: enough for its search to reach the optimum
-    on the tasks' sources) and the three relaxations of a sampled structured family."""
+    on the tasks' sources) and the three relaxations of a sampled structured family;
+    ``family_params``: the family's parameters each method takes as an option (their
+    defaults)."""
+    own = dict(family_params or {})
     return [
         MethodSpec(f"{prefix}-sparsemap", f"{what}: q is SparseMAP's sparse distribution over a "
                    "few structures of the inference network's potentials; the ELBO summed "
                    "exactly over them [Correia et al. 2020]", family, "inference",
                    "TraceEnum_ELBO", family_options={"sparsemap": True}, enumerate_guide=True,
-                   options={"max_active": max_active}),
+                   options={**own, "max_active": max_active}),
         MethodSpec(f"{prefix}-perturbed", f"{what}: perturbed marginals of q at temperature τ "
                    "as the draw, pathwise, with the exact KL [stochastic softmax trick]",
                    family, "inference", "ScoreFunctionKL_ELBO", relaxation="perturbed",
-                   options=_RELAXED),
+                   options={**own, **_RELAXED}),
         MethodSpec(f"{prefix}-st", f"{what}: perturb-and-MAP forward, the perturbed marginals' "
                    "gradient backward (straight-through), with the exact KL", family,
                    "inference", "ScoreFunctionKL_ELBO", relaxation="straight-through",
-                   options=_RELAXED),
+                   options={**own, **_RELAXED}),
         MethodSpec(f"{prefix}-imle", f"{what}: perturb-and-MAP forward, implicit MLE's gradient "
                    "backward, with the exact KL [Niepert et al. 2021]", family, "inference",
-                   "ScoreFunctionKL_ELBO", relaxation="imle", options=_IMLE),
+                   "ScoreFunctionKL_ELBO", relaxation="imle", options={**own, **_IMLE}),
     ]
 
 
@@ -325,12 +335,15 @@ METHOD_SPECS: dict[str, MethodSpec] = {m.name: m for m in [
                "segment-crf", "none", "Trace_ELBO"),
     MethodSpec("segments-marginals", "attention over segments: each query reads the source "
                "phrases a semi-Markov CRF selects, weighted by their exact coverage marginals, "
-               "maximum likelihood", "segment-marginals", "none", "Trace_ELBO"),
+               "maximum likelihood", "segment-marginals", "none", "Trace_ELBO",
+               options=_MAX_LEN),
     MethodSpec("segments-sample", "a latent selection of source segments per query: ELBO by the "
                "score function with the exact semi-Markov KL, q(selection | x, y), "
                "segments-marginals baseline",
-               "segments", "inference", "ScoreFunctionKL_ELBO", baseline="soft"),
-    *_structured_ways("segments", "segments", "a latent selection of source segments per query"),
+               "segments", "inference", "ScoreFunctionKL_ELBO", baseline="soft",
+               options=_MAX_LEN),
+    *_structured_ways("segments", "segments", "a latent selection of source segments per query",
+                      family_params=_MAX_LEN),
     MethodSpec("spans-marginals", "attention over spans: each query reads the constituents a "
                "constituency CRF over the source reads, weighted by their exact span marginals "
                "(inside-outside), maximum likelihood", "span-marginals", "none", "Trace_ELBO"),

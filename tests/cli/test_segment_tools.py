@@ -97,3 +97,22 @@ def test_segment_f1_from_any_corpus(tmp_path):
     for rep in (corpus, files):
         for key in ("segment_precision", "segment_recall", "segment_f1", "aer"):
             assert rep[key] == pytest.approx(task[key], abs=1e-12), key
+
+
+def test_max_len_from_the_command_line_and_a_run_loads_its_method_options(tmp_path):
+    """``--max-len`` sets the segment family's longest segment; the run directory records it
+    and loads with it (a run's method options that are family parameters — ``--max-len``,
+    ``--max-active`` — were dropped on load, so ``evaluate`` scored another model)."""
+    from ppl_attention.common.runs import Run
+
+    run = tmp_path / "run"
+    trained = json.loads(_cli(["train", "--task", "phrases", "--n-train", "200", "--method",
+                               "segments-sparsemap", "--max-len", "2", "--max-active", "4",
+                               "--steps", "3", "--valid-every", "3", "--hidden", "8",
+                               "--out", str(run)]))
+    loaded = Run.load(run)
+    assert loaded.model.family._config()["max_len"] == 2
+    assert loaded.model.family._config()["max_active"] == 4
+    again = json.loads(_cli(["evaluate", str(run), "--json"]))
+    assert again["nll_per_token"] == pytest.approx(trained["nll_per_token"], rel=1e-9)
+    assert again["support"] == pytest.approx(trained["support"], rel=1e-9)
