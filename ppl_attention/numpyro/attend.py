@@ -66,11 +66,11 @@ def _check_inputs(scores, values) -> None:
 
 
 def _plates() -> list:
-    """``(name, dim, size)`` of each plate around the call (NumPyro's handler stack)."""
-    from numpyro.primitives import _PYRO_STACK
-
-    return [(h.name, h.dim, h.subsample_size) for h in _PYRO_STACK
-            if isinstance(h, numpyro.plate)]
+    """``(name, dim, size)`` of each plate around the call, read from NumPyro's handler stack
+    (it has no public accessor; where a NumPyro version keeps it elsewhere, none: the check is
+    then left to NumPyro's own broadcasting error)."""
+    stack = getattr(numpyro.primitives, "_PYRO_STACK", ())
+    return [(h.name, h.dim, h.subsample_size) for h in stack if isinstance(h, numpyro.plate)]
 
 
 def attend(name: str, scores, values, family: Family | str | None = None, mask=None, *,

@@ -27,10 +27,9 @@ def categorical_draws(probs: torch.Tensor, num_samples: int,
     (a padded or end-of-sequence token, where a model's ``exact_posterior`` may be all 0) draws
     position 0, which the target mask then drops — as NumPyro's categorical draws do."""
     empty = probs.sum(-1) == 0
-    if bool(empty.any()):
-        probs = probs.clone()
-        probs[empty] = 0
-        probs[empty, 0] = 1
+    first = torch.zeros_like(probs)
+    first[..., 0] = 1
+    probs = torch.where(empty[..., None], first, probs)  # no host sync: runs on meta too
     if generator is None or generator.device == probs.device:
         return torch.multinomial(probs, num_samples, replacement=True, generator=generator)
     on_generator = probs.to(generator.device)
