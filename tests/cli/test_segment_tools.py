@@ -76,6 +76,7 @@ def test_every_tool_reads_the_constituency_selection(tmp_path, backend):
     assert real.size and np.isfinite(real).all() and (real >= 0).all()
 
 
+@pytest.mark.torch  # trains a Pyro model
 def test_segment_f1_from_any_corpus(tmp_path):
     """A selection family's segmentation F1 is reported from any gold, not only under
     ``--task phrases``: the same test split as a ``--data-dir`` corpus and as ``--data F --gold
@@ -99,6 +100,7 @@ def test_segment_f1_from_any_corpus(tmp_path):
             assert rep[key] == pytest.approx(task[key], abs=1e-12), key
 
 
+@pytest.mark.torch  # trains a Pyro model
 def test_max_len_from_the_command_line_and_a_run_loads_its_method_options(tmp_path):
     """``--max-len`` sets the segment family's longest segment; the run directory records it
     and loads with it (a run's method options that are family parameters — ``--max-len``,
