@@ -25,7 +25,8 @@ def categorical_draws(probs: torch.Tensor, num_samples: int,
     on ``probs``' device. With a ``generator`` they are drawn where it lives (a CPU generator
     gives the same draws on every device), as ``torch.multinomial`` needs. A row with no mass
     (a padded or end-of-sequence token, where a model's ``exact_posterior`` may be all 0) draws
-    position 0, which the target mask then drops — as NumPyro's categorical draws do."""
+    position 0, which the target mask then drops (NumPyro's draws there are uniform over the
+    positions — safe-log logits all equal — and dropped the same way)."""
     empty = probs.sum(-1) == 0
     first = torch.zeros_like(probs)
     first[..., 0] = 1
